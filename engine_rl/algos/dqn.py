@@ -1,0 +1,141 @@
+"""DQN: a greedy Q-value policy and the (double) DQN loss.
+
+The loss reads a replay sample and writes ``td_error`` into it, so a prioritized buffer's
+:class:`handlers.PriorityUpdater` picks it up with no coupling to the loss. The target network
+is a plain module updated by :class:`handlers.TargetNetUpdater`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from engine_rl.keys import require_keys
+
+__all__ = ["QValuePolicy", "DQNLoss"]
+
+
+class QValuePolicy(nn.Module):
+    """Greedy policy over a Q network: writes ``action = argmax_a Q(observation, a)``.
+
+    Args:
+        qnet: maps observations ``[..., obs_dim]`` to Q values ``[..., num_actions]``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from engine_rl.algos.networks import mlp
+        >>> policy = QValuePolicy(mlp(4, 2, (8,)))
+        >>> td = policy(TensorDict({"observation": torch.zeros(3, 4)}, [3]))
+        >>> td["action"].shape, td["action"].dtype
+        (torch.Size([3]), torch.int64)
+    """
+
+    in_keys = ["observation"]
+    out_keys = ["action"]
+
+    def __init__(self, qnet: nn.Module) -> None:
+        super().__init__()
+        self.qnet = qnet
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        td.set("action", self.qnet(td["observation"]).argmax(dim=-1))
+        return td
+
+
+class DQNLoss(nn.Module):
+    """(Double) DQN loss with a target network; writes ``td_error`` into the sample.
+
+    With ``double=True`` the next action is chosen by the online network and valued by the
+    target network (van Hasselt et al., 2016); otherwise the target network does both.
+    Only ``terminated`` stops bootstrapping: a time-limit truncation still bootstraps from the
+    true final observation that the collector stores in ``("next", "observation")``.
+    Importance weights in ``weight`` (prioritized replay) scale each item's loss.
+
+    Args:
+        qnet: the online Q network.
+        target_qnet: the target network (default: a frozen deep copy of ``qnet``).
+        gamma: discount factor in [0, 1].
+        double: double DQN targets.
+        loss: ``"huber"`` (smooth L1) or ``"mse"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from engine_rl.algos.networks import mlp
+        >>> loss_fn = DQNLoss(mlp(4, 2, (8,)), gamma=0.9)
+        >>> sample = TensorDict({
+        ...     "observation": torch.zeros(5, 4), "action": torch.zeros(5, dtype=torch.long),
+        ...     ("next", "observation"): torch.zeros(5, 4), ("next", "reward"): torch.ones(5),
+        ...     ("next", "terminated"): torch.zeros(5, dtype=torch.bool)}, [5])
+        >>> out = loss_fn(sample)
+        >>> sorted(out.keys()), sample["td_error"].shape
+        (['loss'], torch.Size([5]))
+    """
+
+    in_keys = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
+
+    def __init__(
+        self,
+        qnet: nn.Module,
+        target_qnet: nn.Module | None = None,
+        *,
+        gamma: float = 0.99,
+        double: bool = True,
+        loss: str = "huber",
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"DQNLoss: gamma must be in [0, 1], got {gamma}")
+        if loss not in ("huber", "mse"):
+            raise ValueError(f"DQNLoss: loss must be 'huber' or 'mse', got {loss!r}")
+        self.qnet = qnet
+        if target_qnet is None:
+            target_qnet = copy.deepcopy(qnet)
+        self.target_qnet = target_qnet.requires_grad_(False)
+        self.gamma = gamma
+        self.double = double
+        self.loss_kind = loss
+
+    def forward(self, sample: TensorDictBase) -> TensorDictBase:
+        try:
+            obs = sample["observation"]
+            next_obs = sample["next", "observation"]
+            action = sample["action"].long()
+            reward = sample["next", "reward"].reshape(action.shape).float()
+            not_terminated = (~sample["next", "terminated"].reshape(action.shape)).float()
+        except KeyError:
+            require_keys(sample, self.in_keys, consumer="DQNLoss")  # raises, naming the missing keys
+            raise
+
+        if self.double:
+            # one online forward for s and s' (half the module calls)
+            q_both = self.qnet(torch.cat([obs, next_obs]))
+            q_all, q_next_online = q_both[: obs.shape[0]], q_both[obs.shape[0] :].detach()
+        else:
+            q_all = self.qnet(obs)
+        q_taken = q_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+
+        with torch.no_grad():
+            q_next_target = self.target_qnet(next_obs)
+            if self.double:
+                next_action = q_next_online.argmax(dim=-1, keepdim=True)
+                next_value = q_next_target.gather(-1, next_action).squeeze(-1)
+            else:
+                next_value = q_next_target.max(dim=-1).values
+            # TD target: r + gamma * Q_target(s', a*) unless the episode terminated
+            td_target = reward + self.gamma * not_terminated * next_value
+
+        td_error = q_taken - td_target
+        sample.set("td_error", td_error.detach())
+        if self.loss_kind == "huber":
+            per_item = F.smooth_l1_loss(q_taken, td_target, reduction="none")
+        else:
+            per_item = td_error.pow(2)
+        weight = sample.get("weight", None)
+        loss = (per_item * weight.reshape(per_item.shape)).mean() if weight is not None else per_item.mean()
+        return TensorDict({"loss": loss}, batch_size=[])
