@@ -1,0 +1,140 @@
+"""Write training and evaluation metrics as JSON lines: the run's source of truth on disk."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from ignite.engine import Engine, Events
+
+__all__ = ["MetricsLogger"]
+
+
+def _plain_number(value: Any) -> float | int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None if math.isnan(value) else value
+    if hasattr(value, "numel") and value.numel() == 1:  # 0-d or 1-element tensor
+        return float(value.item())
+    return None
+
+
+class MetricsLogger:
+    """Append one JSON object per line to ``path``: ``kind="train"`` and ``kind="eval"`` lines.
+
+    Every line has ``kind``, ``frames``, ``optim_steps``, ``iteration`` and ``time`` (seconds since
+    the run started). Train lines add the iteration's mean losses (``state.output``) and the
+    numeric ``state.metrics`` whose names do not start with ``eval_``. An eval line is written
+    whenever an evaluation published new ``eval_*`` metrics (detected through
+    ``state.metrics["eval_frames"]``, which :class:`handlers.ValidationRollout` sets), with all
+    ``eval_*`` metrics. Lines are flushed as they are written, so a crash loses nothing logged.
+
+    Args:
+        path: the ``.jsonl`` file; parent folders are created; an existing file is appended to
+            (a resumed run continues its log).
+
+    Examples:
+        >>> import json, tempfile, torch
+        >>> from tensordict import TensorDict
+        >>> from engine_rl import create_trainer
+        >>> p = torch.nn.Parameter(torch.zeros(()))
+        >>> data = [TensorDict({"x": torch.ones(4)}, [4])] * 3
+        >>> trainer = create_trainer(data, lambda td: {"loss": (p - td["x"]).pow(2).mean()},
+        ...                          torch.optim.SGD([p], lr=0.1))
+        >>> path = tempfile.mkdtemp() + "/metrics.jsonl"
+        >>> logger = MetricsLogger(path).attach(trainer, every=2)
+        >>> _ = trainer.run(max_epochs=1)
+        >>> [json.loads(line)["frames"] for line in open(path)]
+        [8]
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._file: IO[str] | None = None
+        self._start = time.perf_counter()
+        self._last_eval_frames: Any = None
+
+    def attach(self, engine: Engine, *, every: int = 1, event: Any = Events.ITERATION_COMPLETED) -> MetricsLogger:
+        """Log a train line on ``event(every=every)`` and eval lines when new ones appear."""
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"MetricsLogger: argument every must be a positive int, got {every!r}")
+        engine.add_event_handler(Events.STARTED, self._open)
+        engine.add_event_handler(event(every=every), self.log_train)
+        engine.add_event_handler(Events.ITERATION_COMPLETED, self.log_eval_if_new)
+        engine.add_event_handler(Events.COMPLETED, self.log_eval_if_new)
+        engine.add_event_handler(Events.COMPLETED, self.close)
+        # No EXCEPTION_RAISED handler on purpose: Ignite would then swallow the exception unless
+        # the handler re-raises, which would skip other handlers. Lines are flushed as written.
+        return self
+
+    # -- writing ------------------------------------------------------------------------
+    def _open(self, _: Engine | None = None) -> None:
+        if self._file is None or self._file.closed:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # line-buffered
+            self._start = time.perf_counter()
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Write one JSON line (opening the file if needed) and flush it."""
+        self._open()
+        assert self._file is not None
+        self._file.write(json.dumps(record, allow_nan=True) + "\n")
+
+    def _base(self, engine: Engine, kind: str) -> dict[str, Any]:
+        s = engine.state
+        return {
+            "kind": kind,
+            "frames": int(getattr(s, "frames", 0)),
+            "optim_steps": int(getattr(s, "optim_steps", 0)),
+            "iteration": int(s.iteration),
+            "time": round(time.perf_counter() - self._start, 3),
+        }
+
+    def log_train(self, engine: Engine) -> None:
+        """Write a ``train`` line: counters, ``state.output`` losses, non-eval metrics."""
+        record = self._base(engine, "train")
+        output = engine.state.output
+        if isinstance(output, dict):
+            for k, v in output.items():
+                number = _plain_number(v)
+                if number is not None:
+                    record[k] = number
+        for k, v in engine.state.metrics.items():
+            if not k.startswith("eval_"):
+                number = _plain_number(v)
+                if number is not None:
+                    record[k] = number
+        self.write(record)
+
+    def log_eval_if_new(self, engine: Engine) -> None:
+        """Write an ``eval`` line if ``state.metrics['eval_frames']`` changed since the last one."""
+        marker = engine.state.metrics.get("eval_frames")
+        if marker is None or marker == self._last_eval_frames:
+            return
+        self._last_eval_frames = marker
+        record = self._base(engine, "eval")
+        for k, v in engine.state.metrics.items():
+            if k.startswith("eval_"):
+                number = _plain_number(v)
+                if number is not None:
+                    record[k] = number
+        self.write(record)
+
+    def close(self, _: Engine | None = None) -> None:
+        if self._file is not None and not self._file.closed:
+            self._file.close()
+
+    # -- checkpointing ------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_eval_frames": -1 if self._last_eval_frames is None else int(self._last_eval_frames)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        value = int(state["last_eval_frames"])
+        self._last_eval_frames = None if value < 0 else value

@@ -1,0 +1,64 @@
+import json
+
+import torch
+from ignite.engine import Events
+from tensordict import TensorDict
+
+from engine_rl import create_trainer
+from handlers.metrics_log import MetricsLogger
+
+
+def _trainer(n=6):
+    p = torch.nn.Parameter(torch.zeros(()))
+    data = [TensorDict({"x": torch.ones(4)}, [4])] * n
+    return create_trainer(data, lambda td: {"loss": (p - td["x"]).pow(2).mean()}, torch.optim.SGD([p], lr=0.1))
+
+
+def _fake_eval(engine):
+    engine.state.metrics.update(eval_return_mean=float(engine.state.iteration), eval_return_std=0.5,
+                                eval_frames=engine.state.frames)
+
+
+def test_train_and_eval_lines(tmp_path):
+    trainer = _trainer()
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda e: e.state.metrics.__setitem__("fps", 10.0))
+    trainer.add_event_handler(Events.ITERATION_COMPLETED(every=3), _fake_eval)
+    path = tmp_path / "sub" / "metrics.jsonl"
+    MetricsLogger(path).attach(trainer, every=2)
+    trainer.run(max_epochs=1)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    train = [r for r in lines if r["kind"] == "train"]
+    evals = [r for r in lines if r["kind"] == "eval"]
+    assert [r["frames"] for r in train] == [8, 16, 24]
+    assert [r["optim_steps"] for r in train] == [2, 4, 6]
+    assert all("loss" in r and r["fps"] == 10.0 and "eval_return_mean" not in r for r in train)
+    assert [(r["frames"], r["eval_return_mean"], r["eval_return_std"]) for r in evals] == [(12, 3.0, 0.5), (24, 6.0, 0.5)]
+
+
+def test_appends_on_a_second_run_and_state_dict(tmp_path):
+    path = tmp_path / "m.jsonl"
+    for _ in range(2):
+        trainer = _trainer(2)
+        MetricsLogger(path).attach(trainer)
+        trainer.run(max_epochs=1)
+    assert len(path.read_text().splitlines()) == 4
+    logger = MetricsLogger(path)
+    logger.load_state_dict({"last_eval_frames": 12})
+    assert logger.state_dict() == {"last_eval_frames": 12}
+
+
+def test_lines_survive_a_crash(tmp_path):
+    trainer = _trainer(5)
+    path = tmp_path / "m.jsonl"
+    MetricsLogger(path).attach(trainer)
+
+    def boom(engine):
+        if engine.state.iteration == 3:
+            raise RuntimeError("env exploded")
+
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, boom)
+    try:
+        trainer.run(max_epochs=1)
+    except RuntimeError:
+        pass
+    assert [json.loads(x)["iteration"] for x in path.read_text().splitlines()] == [1, 2, 3]
