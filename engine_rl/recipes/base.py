@@ -1,0 +1,60 @@
+"""What a recipe builds, and the registry of recipes by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from ignite.engine import Engine
+
+__all__ = ["Recipe", "Setup", "RECIPES", "register", "get_recipe"]
+
+
+@dataclass(kw_only=True)
+class Setup:
+    """Everything a built recipe hands to the runner."""
+
+    trainer: Engine
+    """The trainer (an :class:`engine_rl.RLTrainer`) with the recipe's handlers attached."""
+    to_save: dict[str, Any]
+    """Objects with ``state_dict``/``load_state_dict`` that a checkpoint holds."""
+    eval_policy: torch.nn.Module
+    """The deterministic policy used for evaluation (what an inference checkpoint holds)."""
+    total_frames: int
+    """Frame budget of the run."""
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    """Called when the run ends (close envs, collectors)."""
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    config_cls: type
+    build: Callable[[Any], Setup]
+    summary: str
+
+
+RECIPES: dict[str, Recipe] = {}
+
+
+def register(name: str, config_cls: type, summary: str) -> Callable[[Callable[[Any], Setup]], Callable[[Any], Setup]]:
+    """Decorator registering a recipe's ``build(config) -> Setup`` under ``name``."""
+
+    def deco(build: Callable[[Any], Setup]) -> Callable[[Any], Setup]:
+        RECIPES[name] = Recipe(name, config_cls, build, summary)
+        return build
+
+    return deco
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe called ``name``; ``ValueError`` listing the known ones otherwise."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(sorted(RECIPES))}")
+    return RECIPES[name]

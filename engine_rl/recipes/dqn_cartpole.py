@@ -1,0 +1,169 @@
+"""``dqn-cartpole``: double DQN on CartPole-v1 with rl-baselines3-zoo's hyperparameters.
+
+rl-zoo trains one env with ``train_freq=256`` and ``gradient_steps=128`` (half an update per
+frame), lr 2.3e-3, batch 64, 256x256 MLP, epsilon 1 -> 0.04 over 16% of 50k frames, target
+refreshed between training phases. Here: ``num_envs`` copies filling a 256-frame batch, then
+128 optim steps; the target network is hard-copied every 128 optim steps (once per batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import torch
+
+from engine_rl.algos import DQNLoss, QValuePolicy, mlp
+from engine_rl.collectors import GymCollector, make_vec_env
+from engine_rl.engine import create_trainer
+from engine_rl.exploration import EpsilonGreedy
+from engine_rl.recipes.base import Setup, register
+from engine_rl.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
+from handlers import (
+    GradClipper,
+    PriorityUpdater,
+    ReplayExtender,
+    ReplaySampler,
+    TargetNetUpdater,
+    ValidationRollout,
+)
+
+__all__ = ["DQNConfig", "build_dqn"]
+
+
+@dataclass(kw_only=True)
+class DQNConfig:
+    env_id: str = "CartPole-v1"
+    """Gymnasium id of an environment with a discrete action space."""
+    num_envs: int = 8
+    """Environment copies stepped together by the collector."""
+    vectorization: str = "vector_entry_point"
+    """Gymnasium vectorization: 'vector_entry_point' (numpy-batched, fastest when the env has one), 'sync' or 'async'."""
+    total_frames: int = 50_000
+    """Frames to collect in the whole run."""
+    frames_per_batch: int = 256
+    """Frames per collected batch (a multiple of num_envs)."""
+    optim_steps_per_batch: int = 128
+    """Gradient steps after each batch (rl-zoo: gradient_steps)."""
+    learning_starts: int = 1_000
+    """Frames collected before the first gradient step."""
+    buffer_size: int = 100_000
+    """Replay capacity in transitions."""
+    batch_size: int = 64
+    """Transitions per gradient step."""
+    lr: float = 2.3e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the Q network."""
+    double: bool = True
+    """Double DQN targets (online net picks, target net values)."""
+    eps_start: float = 1.0
+    """Initial exploration epsilon."""
+    eps_end: float = 0.04
+    """Final exploration epsilon."""
+    eps_frames: int = 8_000
+    """Frames over which epsilon decays linearly (rl-zoo: 16% of 50k)."""
+    target_update_every: int = 128
+    """Hard target-network copy every this many optim steps."""
+    max_grad_norm: float = 10.0
+    """Gradient clipping by global norm (<= 0 disables)."""
+    prioritized: bool = False
+    """Prioritized replay (sum tree) instead of uniform sampling."""
+    alpha: float = 0.6
+    """Prioritized replay: priority exponent."""
+    beta: float = 0.4
+    """Prioritized replay: initial importance-sampling exponent (annealed to 1 over the run)."""
+    eval_every: int = 20
+    """Evaluate every this many batches (and at the end of the run)."""
+    eval_episodes: int = 10
+    """Deterministic (greedy) evaluation episodes per evaluation."""
+    eval_seed: int = 10_000
+    """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
+    seed: int = 0
+    """Seed of torch, the collector's envs and exploration, and the replay sampler."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "total_frames", "frames_per_batch", "optim_steps_per_batch", "buffer_size",
+                     "batch_size", "eval_every", "eval_episodes", "target_update_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"DQNConfig: {name} must be a positive int, got {value!r}")
+        if self.frames_per_batch % self.num_envs:
+            raise ValueError(
+                f"DQNConfig: frames_per_batch ({self.frames_per_batch}) must be a multiple of num_envs ({self.num_envs})"
+            )
+        if self.learning_starts > self.total_frames:
+            raise ValueError(
+                f"DQNConfig: learning_starts ({self.learning_starts}) exceeds total_frames ({self.total_frames})"
+            )
+        if not 0 <= self.eps_end <= self.eps_start <= 1:
+            raise ValueError(f"DQNConfig: need 0 <= eps_end <= eps_start <= 1, got {self.eps_end}, {self.eps_start}")
+
+    @property
+    def num_batches(self) -> int:
+        """Batches in the run."""
+        return -(-self.total_frames // self.frames_per_batch)
+
+
+@register("dqn-cartpole", DQNConfig, "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames")
+def build_dqn(cfg: DQNConfig) -> Setup:
+    torch.manual_seed(cfg.seed)
+    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
+    if not isinstance(env.single_action_space, gym.spaces.Discrete):
+        env.close()
+        raise ValueError(
+            f"dqn needs a discrete action space; {cfg.env_id} has {type(env.single_action_space).__name__} "
+            "actions (use a continuous-control algorithm such as SAC)"
+        )
+    obs_dim = int(env.single_observation_space.shape[0])
+    num_actions = int(env.single_action_space.n)
+
+    qnet = mlp(obs_dim, num_actions, cfg.hidden)
+    greedy = QValuePolicy(qnet)
+    explore = EpsilonGreedy(
+        greedy, num_actions=num_actions, eps_start=cfg.eps_start, eps_end=cfg.eps_end,
+        annealing_frames=cfg.eps_frames, seed=cfg.seed,
+    )
+    collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
+    loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
+    optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.lr)
+
+    total_steps = cfg.num_batches * cfg.optim_steps_per_batch
+    sampler = (
+        PrioritizedSampler(alpha=cfg.alpha, beta=cfg.beta, beta_end=1.0, beta_annealing_steps=total_steps)
+        if cfg.prioritized
+        else UniformSampler()
+    )
+    buffer = ReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed)
+
+    trainer = create_trainer(
+        collector, loss, optimizer,
+        total_frames=cfg.total_frames,
+        learning_starts=cfg.learning_starts,
+        optim_steps_per_batch=cfg.optim_steps_per_batch,
+    )
+    ReplayExtender(buffer).attach(trainer)
+    ReplaySampler(buffer, cfg.batch_size).attach(trainer)
+    if cfg.prioritized:
+        PriorityUpdater(buffer).attach(trainer)
+    if cfg.max_grad_norm > 0:
+        GradClipper(qnet, max_norm=cfg.max_grad_norm).attach(trainer)
+    TargetNetUpdater(qnet, loss.target_qnet, every=cfg.target_update_every).attach(trainer)
+
+    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization)
+    validation = ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
+                                   seed=cfg.eval_seed)
+    validation.attach(trainer)
+
+    return Setup(
+        trainer=trainer,
+        to_save={
+            "trainer": trainer, "qnet": qnet, "target_qnet": loss.target_qnet, "optimizer": optimizer,
+            "replay": buffer, "collector": collector, "exploration": explore,
+        },
+        eval_policy=greedy,
+        total_frames=cfg.total_frames,
+        closers=[collector.shutdown, eval_env.close],
+    )
