@@ -1,0 +1,45 @@
+"""Attachable handlers for :func:`engine_rl.create_trainer`: one file per concern.
+
+Each handler is a thin adapter over a plain object (the maths lives in :mod:`engine_rl`):
+construct it, then ``handler.attach(trainer, event=..., every=...)``; it is also callable on the
+engine (``handler(trainer)``), so ``trainer.add_event_handler(event, handler)`` works too.
+
+============================  ===================================  ==============================
+handler                       default event                        does
+============================  ===================================  ==============================
+:class:`ReplayExtender`       ``RLEvents.BATCH_COLLECTED``         ``buffer.extend(state.batch)``
+:class:`ReplaySampler`        ``RLEvents.SAMPLE_REQUESTED``        ``state.sample = buffer.sample``
+:class:`GradClipper`          ``RLEvents.BACKWARD_COMPLETED``      clip; ``metrics["grad_norm"]``
+:class:`PriorityUpdater`      ``RLEvents.OPTIM_STEP_DONE``         priorities from ``td_error``
+:class:`TargetNetUpdater`     ``RLEvents.OPTIM_STEP_DONE``         hard / soft target update
+:class:`WeightSync`           ``Events.ITERATION_COMPLETED``       learner -> collector weights
+:class:`ValidationRollout`    ``Events.ITERATION_COMPLETED``       ``metrics["eval_return_mean"]``...
+:class:`EpisodeStats`         ``RLEvents.BATCH_COLLECTED``         ``metrics["train_return_mean"]``
+:class:`Throughput`           ``Events.ITERATION_COMPLETED``       ``metrics["fps"]``, ``["utd"]``
+:class:`MetricsLogger`        ``Events.ITERATION_COMPLETED``       ``metrics.jsonl`` lines
+:class:`FramesProgressBar`    ``Events.ITERATION_COMPLETED``       tqdm bar over ``state.frames``
+============================  ===================================  ==============================
+"""
+
+from handlers.episodes import EpisodeStats, Throughput
+from handlers.metrics_log import MetricsLogger
+from handlers.optim import GradClipper
+from handlers.progress import FramesProgressBar
+from handlers.replay import PriorityUpdater, ReplayExtender, ReplaySampler
+from handlers.target import TargetNetUpdater
+from handlers.validation import ValidationRollout
+from handlers.weights import WeightSync
+
+__all__ = [
+    "EpisodeStats",
+    "FramesProgressBar",
+    "MetricsLogger",
+    "Throughput",
+    "GradClipper",
+    "PriorityUpdater",
+    "ReplayExtender",
+    "ReplaySampler",
+    "TargetNetUpdater",
+    "ValidationRollout",
+    "WeightSync",
+]

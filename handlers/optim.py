@@ -1,0 +1,114 @@
+"""Gradient clipping between ``loss.backward()`` and ``optimizer.step()``.
+
+:class:`GradClipper` runs on ``RLEvents.BACKWARD_COMPLETED``; the maths is in
+:mod:`engine_rl.gradients`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from ignite.engine import Engine
+from ignite.engine.events import RemovableEventHandle
+from torch import nn
+
+from engine_rl.events import RLEvents
+from engine_rl.gradients import clip_grad_norm_, clip_grad_value_
+from handlers._attach import add_handler
+
+__all__ = ["GradClipper"]
+
+
+class GradClipper:
+    """Clip gradients by total norm or by value after each backward; record the pre-clip norm.
+
+    Exactly one of ``max_norm`` (rescale all gradients so their total norm is at most
+    ``max_norm``) and ``max_value`` (clamp each entry into ``[-max_value, max_value]``) is given.
+    The total gradient norm *before* clipping goes to ``engine.state.metrics[metric_name]`` as
+    a float; reading it (``.item()``) waits for the device, which is free on CPU but a sync per
+    step on GPU: pass ``record_norm=False`` to skip it.
+
+    Args:
+        parameters: the parameters to clip: an ``nn.Module`` or an iterable of tensors (kept as
+            a list, so a generator such as ``module.parameters()`` is fine).
+        max_norm: the largest allowed total norm.
+        max_value: the largest allowed absolute value of a gradient entry.
+        norm_type: the p of the p-norm (``math.inf`` for the max-norm).
+        record_norm: put the pre-clip norm into ``engine.state.metrics``.
+        metric_name: its key there.
+
+    Examples:
+        >>> import torch
+        >>> w = torch.nn.Parameter(torch.zeros(2))
+        >>> w.grad = torch.tensor([3.0, 4.0])
+        >>> clipper = GradClipper([w], max_norm=1.0)
+        >>> clipper.clip().item()
+        5.0
+        >>> w.grad
+        tensor([0.6000, 0.8000])
+    """
+
+    def __init__(
+        self,
+        parameters: nn.Module | Iterable[torch.Tensor],
+        *,
+        max_norm: float | None = None,
+        max_value: float | None = None,
+        norm_type: float = 2.0,
+        record_norm: bool = True,
+        metric_name: str = "grad_norm",
+    ) -> None:
+        if isinstance(parameters, nn.Module):
+            params = list(parameters.parameters())
+        elif isinstance(parameters, torch.Tensor):
+            params = [parameters]
+        elif isinstance(parameters, Iterable):
+            params = list(parameters)
+        else:
+            raise TypeError(
+                "GradClipper: argument parameters must be an nn.Module or an iterable of tensors, "
+                f"got {type(parameters).__name__}"
+            )
+        bad = [type(p).__name__ for p in params if not isinstance(p, torch.Tensor)]
+        if bad or not params:
+            raise ValueError(
+                f"GradClipper: argument parameters must hold at least one tensor and only tensors, got {bad or 'none'}"
+            )
+        if (max_norm is None) == (max_value is None):
+            raise ValueError(
+                f"GradClipper: give exactly one of max_norm and max_value, got max_norm={max_norm!r}, "
+                f"max_value={max_value!r}"
+            )
+        for name, value in (("max_norm", max_norm), ("max_value", max_value), ("norm_type", norm_type)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"GradClipper: argument {name} must be a positive number, got {value!r}")
+        self.parameters = params
+        self.max_norm = max_norm
+        self.max_value = max_value
+        self.norm_type = float(norm_type)
+        self.record_norm = record_norm
+        self.metric_name = metric_name
+
+    def clip(self) -> torch.Tensor | None:
+        """Clip the gradients in place; return the pre-clip total norm (a 0-dim tensor).
+
+        Returns ``None`` when clipping by value with ``record_norm=False`` (the norm is not needed).
+        """
+        if self.max_norm is not None:
+            return clip_grad_norm_(self.parameters, self.max_norm, norm_type=self.norm_type)
+        return clip_grad_value_(
+            self.parameters, self.max_value, norm_type=self.norm_type, compute_norm=self.record_norm
+        )
+
+    def __call__(self, engine: Engine) -> None:
+        norm = self.clip()
+        if self.record_norm and norm is not None:
+            engine.state.metrics[self.metric_name] = norm.item()
+
+    def attach(
+        self, engine: Engine, *, event: Any = RLEvents.BACKWARD_COMPLETED, every: int = 1
+    ) -> RemovableEventHandle:
+        """Clip on ``event`` (every ``every`` optim steps); returns Ignite's handle."""
+        return add_handler(engine, self, event, every, owner="GradClipper")
