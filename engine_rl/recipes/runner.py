@@ -64,7 +64,6 @@ def train(
     checkpoint = Checkpoint(
         setup.to_save,
         DiskSaver(str(out / "checkpoints"), require_empty=False, create_dir=True),
-        filename_prefix="checkpoint",
         n_saved=n_saved,
         global_step_transform=lambda engine, _: engine.state.frames,
     )

@@ -1,0 +1,82 @@
+"""End to end: the dqn-cartpole recipe through the CLI, its files, and that it solves CartPole."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from ignite.handlers import Checkpoint
+
+from engine_rl.cli import main
+from engine_rl.recipes.runner import make_config, train
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["train", "dqn-cartpole", "--frames", "3072", "--seed", "3", "--out", str(out), "--no-progress",
+               "--set", "learning_starts=512", "--set", "eval_every=4", "--set", "eval_episodes=3"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["frames"] == 3072 and summary["seed"] == 3
+    assert summary["optim_steps"] == 128 * 11  # batches 2..12 of 256 frames learn (learning_starts=512)
+    lines = _lines(out / "metrics.jsonl")
+    assert all("frames" in r and "optim_steps" in r for r in lines)
+    train_lines = [r for r in lines if r["kind"] == "train"]
+    eval_lines = [r for r in lines if r["kind"] == "eval"]
+    assert [r["frames"] for r in train_lines] == [256 * i for i in range(1, 13)]
+    assert [r["frames"] for r in eval_lines] == [1024, 2048, 3072]
+    assert all({"eval_return_mean", "eval_return_std", "eval_length_mean"} <= set(r) for r in eval_lines)
+    assert {"loss", "grad_norm", "replay_size", "fps"} <= set(train_lines[-1])
+    assert eval_lines[-1]["eval_return_mean"] == summary["eval_return_mean"]
+
+    ckpts = sorted((out / "checkpoints").glob("*.pt"))
+    assert [p.name for p in ckpts][-1] == "checkpoint_3072.pt"
+    state = torch.load(ckpts[-1], weights_only=True)
+    assert {"trainer", "qnet", "target_qnet", "optimizer", "replay", "collector", "exploration"} <= set(state)
+    assert state["trainer"]["frames"] == 3072 and state["trainer"]["optim_steps"] == 1408
+
+    # the checkpoint restores a freshly built recipe
+    from engine_rl.recipes import get_recipe
+
+    cfg = make_config("dqn-cartpole", {"seed": 3})
+    setup = get_recipe("dqn-cartpole").build(cfg)
+    Checkpoint.load_objects(setup.to_save, state)
+    assert setup.trainer.state.frames == 3072
+    assert len(setup.to_save["replay"]) == 3072
+    for a, b in zip(setup.to_save["qnet"].parameters(), torch.load(out / "policy.pt", weights_only=True).values()):
+        assert torch.equal(a, b)
+    setup.close()
+    assert json.loads((out / "config.json").read_text())["total_frames"] == 3072
+
+
+def test_cli_errors_name_the_problem(capsys):
+    assert main(["train", "dqn-pong"]) == 2
+    assert "unknown recipe 'dqn-pong'; known recipes: dqn-cartpole" in capsys.readouterr().err
+    assert main(["train", "dqn-cartpole", "--set", "lrr=3"]) == 2
+    assert "unknown key 'lrr'; valid keys:" in capsys.readouterr().err
+    assert main(["train", "dqn-cartpole", "--frames", "0"]) == 2
+    assert "total_frames must be a positive int, got 0" in capsys.readouterr().err
+
+
+def test_continuous_env_is_rejected_by_dqn():
+    with pytest.raises(ValueError, match="dqn needs a discrete action space; Pendulum-v1 has Box actions"):
+        train("dqn-cartpole", make_config("dqn-cartpole", {"env_id": "Pendulum-v1", "vectorization": "sync"}), "/tmp/x")
+
+
+def test_python_dash_m_and_recipes_listing():
+    res = subprocess.run([sys.executable, "-m", "engine_rl", "recipes"], capture_output=True, text=True, check=True)
+    assert "dqn-cartpole:" in res.stdout and "lr = 0.0023  # Adam learning rate." in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_dqn_cartpole_solves_within_50k_frames(tmp_path):
+    """Seed 0, 50k frames, default config: mean greedy return over 10 episodes >= 475 (~2 min here)."""
+    summary = train("dqn-cartpole", make_config("dqn-cartpole", {"seed": 0}), tmp_path, progress=False)
+    assert summary["frames"] == 50_176  # 196 batches of 256
+    assert summary["eval_return_mean"] >= 475, summary
