@@ -1,0 +1,19 @@
+"""Collectors: gymnasium vector envs -> TensorDict batches, and evaluation episodes.
+
+A collector is any iterable of TensorDicts; :class:`GymCollector` is the stock one.
+"""
+
+from engine_rl.collectors.envs import VecEnvSpec, make_vec_env, vec_env_spec
+from engine_rl.collectors.episodes import run_episodes
+from engine_rl.collectors.gym import GymCollector, GymStepper, Policy, policy_device
+
+__all__ = [
+    "GymCollector",
+    "GymStepper",
+    "Policy",
+    "VecEnvSpec",
+    "make_vec_env",
+    "policy_device",
+    "run_episodes",
+    "vec_env_spec",
+]

@@ -1,0 +1,73 @@
+"""Evaluation rollouts: run whole episodes with a policy on a vector env (same steps as the collector)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from engine_rl.collectors.gym import GymStepper, Policy
+
+__all__ = ["run_episodes"]
+
+
+def run_episodes(
+    env: VectorEnv,
+    policy: Policy,
+    num_episodes: int = 10,
+    *,
+    seed: int | None = None,
+    device: torch.device | str | None = None,
+) -> dict[str, torch.Tensor]:
+    """Reset ``env`` and run ``num_episodes`` complete episodes; return their returns and lengths.
+
+    Episodes are assigned to env copies up front (copy ``i`` runs ``num_episodes // num_envs``
+    episodes, plus one for the first ``num_episodes % num_envs`` copies) and each copy's first
+    episodes are the ones counted, so short episodes do not crowd out long ones. Steps come
+    from :class:`~engine_rl.collectors.gym.GymStepper`, the collector's own step code, under
+    ``torch.no_grad()``. The env is left mid-episode: give evaluation its own env.
+
+    Args:
+        env: a gymnasium vector env (its episodes must end, e.g. through a time limit).
+        policy: writes ``"action"`` into a TensorDict holding ``"observation"`` (see
+            :data:`~engine_rl.collectors.gym.Policy`); pass the greedy one to evaluate.
+        num_episodes: number of episodes (a positive int).
+        seed: seed for ``env.reset`` (copy ``i`` gets ``seed + i``); ``None``: unseeded.
+        device: the policy's device; ``None``: from its parameters.
+
+    Returns:
+        ``{"return": float32 [num_episodes], "length": int64 [num_episodes]}``, grouped by copy.
+
+    Examples:
+        >>> from engine_rl.collectors import make_vec_env
+        >>> def left(td):
+        ...     return td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
+        >>> res = run_episodes(make_vec_env("CartPole-v1", 2), left, num_episodes=3, seed=0)
+        >>> res["return"].shape, res["length"].dtype, bool((res["return"] == res["length"]).all())
+        (torch.Size([3]), torch.int64, True)
+    """
+    if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
+        raise ValueError(f"run_episodes: num_episodes must be a positive int, got {num_episodes!r}")
+    stepper = GymStepper(env, policy, device=device, owner="run_episodes")
+    n = stepper.num_envs
+    quota = np.full(n, num_episodes // n, dtype=np.int64)
+    quota[: num_episodes % n] += 1
+    offset = np.cumsum(quota) - quota
+    count = np.zeros(n, dtype=np.int64)
+    returns = np.zeros(num_episodes, dtype=np.float32)
+    lengths = np.zeros(num_episodes, dtype=np.int64)
+    ep_return = stepper.buffers[("next", "episode_return")].numpy()
+    ep_length = stepper.buffers[("next", "episode_length")].numpy()
+    remaining = num_episodes
+    with torch.no_grad():
+        stepper.reset(seed=seed)
+        while remaining:
+            stepper.step(0)
+            if stepper.done.any():
+                idx = np.flatnonzero(stepper.done & (count < quota))
+                pos = offset[idx] + count[idx]
+                returns[pos] = ep_return[0, idx]
+                lengths[pos] = ep_length[0, idx]
+                count[idx] += 1
+                remaining -= len(idx)
+    return {"return": torch.from_numpy(returns), "length": torch.from_numpy(lengths)}

@@ -1,0 +1,138 @@
+"""Exploration: a linear schedule and an epsilon-greedy wrapper around any discrete policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from engine_rl.keys import present_keys
+
+__all__ = ["EpsilonGreedy", "LinearSchedule"]
+
+
+class LinearSchedule:
+    """A value going linearly from ``start`` to ``end`` over ``steps`` steps, then staying at ``end``.
+
+    Args:
+        start: value at step 0.
+        end: value from step ``steps`` on.
+        steps: length of the ramp (a non-negative int; 0 means ``end`` throughout).
+
+    Examples:
+        >>> schedule = LinearSchedule(1.0, 0.1, steps=10)
+        >>> schedule.value(0), schedule.value(5), schedule.value(10), schedule.value(1_000)
+        (1.0, 0.55, 0.1, 0.1)
+    """
+
+    def __init__(self, start: float, end: float, steps: int) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"LinearSchedule: steps must be a non-negative int, got {steps!r}")
+        self.start, self.end, self.steps = float(start), float(end), steps
+
+    def value(self, t: float) -> float:
+        """The value at step ``t`` (negative ``t`` counts as 0)."""
+        if t >= self.steps:
+            return self.end
+        return self.start + (self.end - self.start) * max(t, 0) / self.steps
+
+    def __repr__(self) -> str:
+        return f"LinearSchedule(start={self.start}, end={self.end}, steps={self.steps})"
+
+
+class EpsilonGreedy(nn.Module):
+    """Replace a greedy policy's action by a uniform random one with probability ``eps``.
+
+    ``eps`` follows :class:`LinearSchedule` ``(eps_start, eps_end, annealing_frames)`` over the
+    frames this wrapper has acted on (each call counts ``td.batch_size.numel()``; the ``eps`` of a
+    call is the one before its frames are counted). Draws come from the wrapper's own CPU
+    generator, so the frame count and the generator state, which :meth:`state_dict` saves (as
+    extra state: an int and a uint8 tensor), fully determine future exploration.
+
+    Args:
+        policy: writes an integer ``"action"`` (shape ``td.batch_size``) into the TensorDict.
+        num_actions: random actions are drawn from ``0 .. num_actions - 1``.
+        eps_start: exploration probability at frame 0.
+        eps_end: exploration probability after ``annealing_frames`` frames.
+        annealing_frames: length of the linear decay in frames.
+        seed: generator seed; ``None``: drawn from torch's global generator.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> def greedy(td):
+        ...     return td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
+        >>> explore = EpsilonGreedy(greedy, num_actions=4, eps_start=1.0, eps_end=0.0,
+        ...                         annealing_frames=100, seed=0)
+        >>> td = explore(TensorDict({"observation": torch.zeros(50, 3)}, batch_size=[50]))
+        >>> bool((td["action"] != 0).any()), explore.frames, explore.eps
+        (True, 50, 0.5)
+    """
+
+    def __init__(
+        self,
+        policy: nn.Module | Any,
+        *,
+        num_actions: int,
+        eps_start: float = 1.0,
+        eps_end: float = 0.05,
+        annealing_frames: int = 10_000,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not callable(policy):
+            raise TypeError(f"EpsilonGreedy: policy must be callable, got {type(policy).__name__}")
+        if isinstance(num_actions, bool) or not isinstance(num_actions, int) or num_actions < 1:
+            raise ValueError(f"EpsilonGreedy: num_actions must be a positive int, got {num_actions!r}")
+        for name, eps in (("eps_start", eps_start), ("eps_end", eps_end)):
+            if not 0.0 <= eps <= 1.0:
+                raise ValueError(f"EpsilonGreedy: {name} must be in [0, 1], got {eps!r}")
+        self.policy = policy
+        self.num_actions = num_actions
+        self.schedule = LinearSchedule(eps_start, eps_end, annealing_frames)
+        self.frames = 0
+        if seed is None:
+            seed = int(torch.randint(2**62, ()).item())
+        self._generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def eps(self) -> float:
+        """The exploration probability at the current frame count."""
+        return self.schedule.value(self.frames)
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        """Act greedily with the wrapped policy, then explore; returns the TensorDict."""
+        out = self.policy(td)
+        if out is None:
+            out = td
+        if "action" not in out.keys():
+            raise KeyError(
+                "EpsilonGreedy: the wrapped policy must write 'action'; "
+                f"the TensorDict has {present_keys(out)}"
+            )
+        eps = self.eps
+        self.frames += out.batch_size.numel()
+        if eps > 0.0:
+            action = out.get("action")
+            explore = torch.rand(out.batch_size, generator=self._generator) < eps
+            random_action = torch.randint(
+                self.num_actions, action.shape, generator=self._generator, dtype=action.dtype
+            )
+            explore = explore.reshape(explore.shape + (1,) * (action.ndim - explore.ndim))
+            if action.device.type != "cpu":
+                explore, random_action = explore.to(action.device), random_action.to(action.device)
+            out.set("action", torch.where(explore, random_action, action))
+        return out
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """Frames seen and generator state (an int and a uint8 tensor)."""
+        return {"frames": self.frames, "rng_state": self._generator.get_state()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_extra_state`."""
+        self.frames = int(state["frames"])
+        self._generator.set_state(state["rng_state"])
+
+    def extra_repr(self) -> str:
+        return f"num_actions={self.num_actions}, schedule={self.schedule!r}, frames={self.frames}"
