@@ -1,67 +1,30 @@
-"""Command line: ``engine-rl train RECIPE ...`` and ``engine-rl recipes``."""
+"""The ``engine-rl`` command; each sub-command lives in :mod:`engine_rl.commands`."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+import importlib
 
-import torch
-
-from engine_rl.recipes import RECIPES, get_recipe
-from engine_rl.recipes.config import describe_config
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.commands import COMMANDS
 
 __all__ = ["main", "build_parser"]
+
+
+def _command(name: str):
+    return importlib.import_module(f"engine_rl.commands.{name}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engine-rl", description="Event-driven RL training on pytorch-ignite.")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    t = sub.add_parser("train", help="train a recipe, writing metrics.jsonl, checkpoints and summary.json")
-    t.add_argument("recipe", help="recipe name (see `engine-rl recipes`)")
-    t.add_argument("--frames", type=int, default=None, help="total frames (overrides the recipe's total_frames)")
-    t.add_argument("--seed", type=int, default=None, help="seed (overrides the recipe's seed)")
-    t.add_argument("--out", default=None, help="output folder (default: runs/RECIPE-seedS)")
-    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field; repeatable (e.g. --set lr=3e-4 --set num_envs=16)")
-    t.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads (default 1: on 2 shared cores 1 thread is the safe choice)")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    sub.add_parser("recipes", help="list recipes with their defaults")
+    for name in COMMANDS:
+        _command(name).add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "recipes":
-        for name in sorted(RECIPES):
-            recipe = RECIPES[name]
-            print(f"{name}: {recipe.summary}")
-            print(describe_config(recipe.config_cls()))
-        return 0
-
-    try:
-        get_recipe(args.recipe)
-        overrides = list(args.overrides)
-        if args.frames is not None:
-            overrides.append(f"total_frames={args.frames}")
-        if args.seed is not None:
-            overrides.append(f"seed={args.seed}")
-        config = make_config(args.recipe, overrides)
-    except ValueError as err:
-        print(f"engine-rl: error: {err}", file=sys.stderr)
-        return 2
-    if args.threads < 1:
-        print(f"engine-rl: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
-        return 2
-    torch.set_num_threads(args.threads)
-    out = args.out or f"runs/{args.recipe}-seed{config.seed}"
-    summary = train(args.recipe, config, out, progress=not args.no_progress)
-    print(json.dumps(summary))
-    return 0
+    return _command(args.command).run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover
