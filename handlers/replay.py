@@ -202,13 +202,17 @@ class PriorityUpdater:
 
     def update(self, sample: Any) -> None:
         """``buffer.update_priority(sample["index"], |sample[key]|)``."""
-        try:
-            require_keys(sample, ["index", self.key], consumer="PriorityUpdater")
-        except KeyError as err:
-            raise KeyError(
-                f"{err.args[0]}; the loss must write {self.key!r} into the sample it is given"
-            ) from None
-        self.buffer.update_priority(sample["index"], sample.get(self.key).detach().abs())
+        try:  # the cheap path first; the key check only runs to explain a failure
+            index, td_error = sample["index"], sample[self.key]
+        except KeyError:
+            try:
+                require_keys(sample, ["index", self.key], consumer="PriorityUpdater")
+            except KeyError as err:
+                raise KeyError(
+                    f"{err.args[0]}; the loss must write {self.key!r} into the sample it is given"
+                ) from None
+            raise
+        self.buffer.update_priority(index, td_error.detach().abs())
 
     def __call__(self, engine: Engine) -> None:
         self.update(engine.state.sample)

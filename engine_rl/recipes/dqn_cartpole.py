@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import torch
+from ignite.engine import Events
+from ignite.handlers import PiecewiseLinear
 
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
 from engine_rl.collectors import GymCollector, make_vec_env
@@ -52,7 +54,9 @@ class DQNConfig:
     batch_size: int = 64
     """Transitions per gradient step."""
     lr: float = 2.3e-3
-    """Adam learning rate."""
+    """Adam learning rate at the start of the run."""
+    lr_end: float | None = None
+    """Learning rate reached linearly at the end of the run (None: constant ``lr``)."""
     gamma: float = 0.99
     """Discount factor."""
     hidden: tuple[int, ...] = (256, 256)
@@ -144,6 +148,10 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         learning_starts=cfg.learning_starts,
         optim_steps_per_batch=cfg.optim_steps_per_batch,
     )
+    if cfg.lr_end is not None:
+        # stock Ignite scheduler, stepped once per batch
+        schedule = PiecewiseLinear(optimizer, "lr", milestones_values=[(0, cfg.lr), (cfg.num_batches, cfg.lr_end)])
+        trainer.add_event_handler(Events.ITERATION_STARTED, schedule)
     ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size).attach(trainer)
     if cfg.prioritized:

@@ -70,7 +70,7 @@ def test_continuous_env_is_rejected_by_dqn():
 
 def test_python_dash_m_and_recipes_listing():
     res = subprocess.run([sys.executable, "-m", "engine_rl", "recipes"], capture_output=True, text=True, check=True)
-    assert "dqn-cartpole:" in res.stdout and "lr = 0.0023  # Adam learning rate." in res.stdout
+    assert "dqn-cartpole:" in res.stdout and "lr = 0.0023  # Adam learning rate at the start of the run." in res.stdout
 
 
 @pytest.mark.slow

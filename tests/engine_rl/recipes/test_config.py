@@ -29,7 +29,7 @@ def test_every_field_is_documented():
     import dataclasses
 
     assert {f.name for f in dataclasses.fields(DQNConfig)} == set(docs)
-    assert "lr = 0.0023  # Adam learning rate." in describe_config(DQNConfig())
+    assert "lr = 0.0023  # Adam learning rate at the start of the run." in describe_config(DQNConfig())
 
 
 def test_unknown_recipe():
