@@ -230,11 +230,11 @@ class RLTrainer(Engine):
             total = total + value
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
+        state.losses = losses  # already this step's at BACKWARD_COMPLETED (NaN guards read it)
         total.backward()
         self._fire(RLEvents.BACKWARD_COMPLETED)
         for opt in self.optimizers:
             opt.step()
-        state.losses = losses
         self._fire(RLEvents.OPTIM_STEP_DONE)
         return loss_values
 

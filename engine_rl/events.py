@@ -50,8 +50,9 @@ class RLEvents(EventEnum):
     With no sampler, the flattened ``state.batch`` is used (on-policy, full batch)."""
 
     BACKWARD_COMPLETED = "backward_completed"
-    """After ``loss.backward()``, before ``optimizer.step()``: gradients are in ``.grad``
-    (gradient clipping, gradient-norm metrics, NaN guards)."""
+    """After ``loss.backward()``, before ``optimizer.step()``: gradients are in ``.grad`` and
+    ``state.losses`` holds this step's loss output (gradient clipping, gradient-norm metrics,
+    NaN guards)."""
 
     OPTIM_STEP_DONE = "optim_step_done"
     """After ``optimizer.step()``: ``state.sample`` (with whatever the loss wrote, e.g.

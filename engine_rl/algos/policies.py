@@ -1,0 +1,343 @@
+"""Stochastic actor-critic policies for on-policy algorithms (PPO): categorical and Gaussian.
+
+A policy reads ``"observation"`` from a TensorDict and writes ``"action"`` and ``"log_prob"``
+(and, if ``write_value``, ``"state_value"``): it plugs into
+:class:`~engine_rl.collectors.GymCollector` as is. The loss calls :meth:`ActorCritic.evaluate`
+(log-probabilities, entropies and values of given actions, with gradients).
+
+:meth:`ActorCritic.greedy` returns the deterministic policy for evaluation: a separate module
+that shares the networks (and the observation normalizer) but nothing mutable — it has its own
+flags and draws no random numbers, so evaluating never changes what training does next.
+
+An optional observation :class:`~engine_rl.normalization.Normalizer` sits inside the policy, so
+collection, training and evaluation apply the same transform and checkpoints hold it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from engine_rl.algos.networks import mlp
+from engine_rl.normalization import Normalizer
+
+__all__ = [
+    "ActorCritic",
+    "CategoricalActorCritic",
+    "GaussianActorCritic",
+    "GaussianActor",
+    "make_actor_critic",
+    "orthogonal_init_",
+]
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def orthogonal_init_(module: nn.Module, *, gain: float = math.sqrt(2), last_gain: float | None = None) -> nn.Module:
+    """Orthogonal weights and zero biases for every ``nn.Linear`` in ``module`` (in place).
+
+    The usual PPO initialisation: hidden layers with ``gain`` (sqrt 2), the last layer with
+    ``last_gain`` (0.01 for a policy head, 1 for a value head). Returns ``module``.
+
+    Examples:
+        >>> net = orthogonal_init_(mlp(4, 2, (8,)), last_gain=0.01)
+        >>> float(net[-1].weight.abs().max()) < 0.02, float(net[0].bias.abs().sum())
+        (True, 0.0)
+    """
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(linears):
+        g = last_gain if (last_gain is not None and i == len(linears) - 1) else gain
+        nn.init.orthogonal_(layer.weight, gain=g)
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
+    return module
+
+
+class ActorCritic(nn.Module):
+    """Base of the actor-critic policies: acting, evaluating actions, values.
+
+    Subclasses define the distribution through :meth:`_sample`, :meth:`_mode` and
+    :meth:`_log_prob_entropy` over what ``actor(observation)`` returns.
+
+    Args:
+        actor: maps (normalized) observations to distribution parameters.
+        critic: maps (normalized) observations to values ``[..., 1]`` (or ``[...]``); ``None``
+            for an actor-only policy.
+        obs_normalizer: applied to ``"observation"`` before both networks (``None``: identity).
+        deterministic: act with the distribution's mode (argmax / mean) instead of sampling.
+        write_value: also write ``"state_value"`` when acting (costs a critic forward per step;
+            PPO's advantage handler recomputes values per batch, so collectors can skip it).
+        seed: seed of the policy's own CPU generator for sampling (``None``: drawn from torch's
+            global generator). Saved in ``state_dict`` (extra state), so a resumed run samples
+            the same actions.
+    """
+
+    in_keys = ["observation"]
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: nn.Module | None = None,
+        *,
+        obs_normalizer: nn.Module | None = None,
+        deterministic: bool = False,
+        write_value: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.actor = actor
+        self.critic = critic
+        self.obs_normalizer = obs_normalizer
+        self.deterministic = deterministic
+        self.write_value = write_value and critic is not None
+        if seed is None:
+            seed = int(torch.randint(2**62, ()).item())
+        self._generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def out_keys(self) -> list[str]:
+        keys = ["action"] if self.deterministic else ["action", "log_prob"]
+        return keys + (["state_value"] if self.write_value else [])
+
+    # -- distribution (subclasses) --------------------------------------------------------
+    def _sample(self, params: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def _mode(self, params: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _log_prob_entropy(self, params: Any, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    # -- public ---------------------------------------------------------------------------
+    def normalize(self, observation: torch.Tensor) -> torch.Tensor:
+        """The observation as the networks see it."""
+        return observation if self.obs_normalizer is None else self.obs_normalizer(observation)
+
+    def _critic(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.critic is None:
+            raise RuntimeError(f"{type(self).__name__}: this policy has no critic")
+        value = self.critic(obs)
+        return value.squeeze(-1) if value.ndim == obs.ndim else value
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        """Act: write ``"action"`` (and ``"log_prob"`` unless deterministic, ``"state_value"``
+        if ``write_value``) for ``td["observation"]``; returns ``td``."""
+        obs = self.normalize(td["observation"])
+        params = self.actor(obs)
+        if self.deterministic:
+            td.set("action", self._mode(params))
+        else:
+            action, log_prob = self._sample(params)
+            td.set("action", action)
+            td.set("log_prob", log_prob)
+        if self.write_value:
+            td.set("state_value", self._critic(obs))
+        return td
+
+    def evaluate(
+        self, observation: torch.Tensor, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``(log_prob, entropy, value)`` of ``action`` in ``observation`` (with gradients).
+
+        ``value`` is ``None`` for an actor-only policy.
+        """
+        obs = self.normalize(observation)
+        log_prob, entropy = self._log_prob_entropy(self.actor(obs), action)
+        return log_prob, entropy, (self._critic(obs) if self.critic is not None else None)
+
+    def value(self, observation: torch.Tensor) -> torch.Tensor:
+        """``V(observation)``, shape ``observation.shape[:-1]``."""
+        return self._critic(self.normalize(observation))
+
+    def greedy(self) -> ActorCritic:
+        """The deterministic policy: shares the networks and normalizer, not the flags or RNG."""
+        return type(self)(
+            self.actor, self.critic, obs_normalizer=self.obs_normalizer, deterministic=True,
+            write_value=False, seed=0,
+        )
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The sampling generator's state (a uint8 tensor)."""
+        return {"rng_state": self._generator.get_state()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self._generator.set_state(state["rng_state"])
+
+    def _noise(self, fn: Any, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+        noise = fn(shape, generator=self._generator)
+        return noise if like.device.type == "cpu" else noise.to(like.device)
+
+    def extra_repr(self) -> str:
+        return f"deterministic={self.deterministic}, write_value={self.write_value}"
+
+
+class CategoricalActorCritic(ActorCritic):
+    """Actor-critic over a ``Discrete(n)`` action space: ``actor(obs)`` returns ``n`` logits.
+
+    Writes ``"action"`` (int64, shape ``[B]``) and ``"log_prob"`` (float, ``[B]``).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> policy = CategoricalActorCritic(mlp(4, 2, (8,)), mlp(4, 1, (8,)), seed=0)
+        >>> td = policy(TensorDict({"observation": torch.zeros(3, 4)}, [3]))
+        >>> sorted(td.keys()), td["action"].dtype, td["log_prob"].shape
+        (['action', 'log_prob', 'observation', 'state_value'], torch.int64, torch.Size([3]))
+        >>> greedy = policy.greedy()
+        >>> sorted(greedy(TensorDict({"observation": torch.zeros(3, 4)}, [3])).keys())
+        ['action', 'observation']
+    """
+
+    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_p = logits.log_softmax(-1)
+        if logits.device.type == "cpu" and logits.ndim == 2:
+            idx = torch.multinomial(log_p.exp(), 1, generator=self._generator)
+        else:  # inverse CDF with CPU noise: the first class whose cumulative probability exceeds u
+            u = self._noise(torch.rand, (*logits.shape[:-1], 1), logits)
+            idx = (log_p.exp().cumsum(-1) < u).sum(-1, keepdim=True).clamp_max(logits.shape[-1] - 1)
+        return idx.squeeze(-1), log_p.gather(-1, idx).squeeze(-1)
+
+    def _mode(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(-1)
+
+    def _log_prob_entropy(self, logits: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_p = logits.log_softmax(-1)
+        log_prob = log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_p.exp() * log_p).sum(-1)
+        return log_prob, entropy
+
+
+class GaussianActor(nn.Module):
+    """Mean network plus a state-independent log standard deviation (a parameter per action dim).
+
+    ``forward(obs)`` returns ``(mean [..., k], log_std [k])``.
+
+    Examples:
+        >>> actor = GaussianActor(mlp(3, 2, (8,)), action_dim=2, log_std_init=-1.0)
+        >>> mean, log_std = actor(torch.zeros(5, 3))
+        >>> mean.shape, log_std.tolist()
+        (torch.Size([5, 2]), [-1.0, -1.0])
+    """
+
+    def __init__(self, mean_net: nn.Module, *, action_dim: int, log_std_init: float = 0.0) -> None:
+        super().__init__()
+        self.mean_net = mean_net
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.mean_net(obs), self.log_std
+
+
+class GaussianActorCritic(ActorCritic):
+    """Actor-critic over a 1-D ``Box`` action space with a diagonal Gaussian (no tanh squashing).
+
+    ``actor(obs)`` returns ``(mean, log_std)`` (see :class:`GaussianActor`). Actions are not
+    clipped here: clip them in the env (``gymnasium.wrappers.vector.ClipAction``), so the stored
+    action and its ``log_prob`` match what was sampled.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> policy = GaussianActorCritic(GaussianActor(mlp(3, 1, (8,)), action_dim=1), mlp(3, 1, (8,)), seed=0)
+        >>> td = policy(TensorDict({"observation": torch.zeros(4, 3)}, [4]))
+        >>> td["action"].shape, td["log_prob"].shape, td["state_value"].shape
+        (torch.Size([4, 1]), torch.Size([4]), torch.Size([4]))
+    """
+
+    def _sample(self, params: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = params
+        noise = self._noise(torch.randn, mean.shape, mean)
+        action = mean + log_std.exp() * noise
+        # log N(a; mean, std) with (a - mean) / std = noise
+        log_prob = (-0.5 * noise.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
+        return action, log_prob
+
+    def _mode(self, params: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return params[0]
+
+    def _log_prob_entropy(
+        self, params: tuple[torch.Tensor, torch.Tensor], action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = params
+        z = (action - mean) * (-log_std).exp()
+        log_prob = (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
+        entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1).expand(log_prob.shape)
+        return log_prob, entropy
+
+
+def make_actor_critic(
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    *,
+    hidden: Sequence[int] = (64, 64),
+    activation: type[nn.Module] = nn.Tanh,
+    normalize_observations: bool = False,
+    obs_clip: float | None = 10.0,
+    log_std_init: float = 0.0,
+    ortho_init: bool = True,
+    write_value: bool = True,
+    seed: int | None = None,
+    kind: str = "auto",
+    owner: str = "make_actor_critic",
+) -> ActorCritic:
+    """Build separate actor and critic MLPs for the env's spaces and pick the distribution.
+
+    ``Discrete`` actions give a :class:`CategoricalActorCritic`, a 1-D ``Box`` a
+    :class:`GaussianActorCritic`. Pass the env's *single* spaces (``env.single_action_space``).
+
+    Args:
+        observation_space: a 1-D ``Box``.
+        action_space: ``Discrete`` or 1-D ``Box``.
+        hidden: hidden widths of both MLPs (Stable-Baselines3's default: 64, 64).
+        activation: activation module class (tanh, as in SB3's PPO).
+        normalize_observations: put a :class:`~engine_rl.normalization.Normalizer` in front.
+        obs_clip: its clamp bound.
+        log_std_init: initial log std of a Gaussian policy.
+        ortho_init: orthogonal init (gains sqrt 2, 0.01 for the policy head, 1 for the value head).
+        write_value: see :class:`ActorCritic`.
+        seed: see :class:`ActorCritic`.
+        kind: ``"auto"`` (from the action space), ``"categorical"`` or ``"gaussian"``; a kind
+            that does not fit the action space is an error.
+        owner: the component named in error messages (e.g. a recipe).
+
+    Examples:
+        >>> policy = make_actor_critic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+        >>> type(policy).__name__
+        'CategoricalActorCritic'
+        >>> make_actor_critic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), kind="gaussian")
+        Traceback (most recent call last):
+        ...
+        ValueError: make_actor_critic: a Gaussian policy needs a Box action space, got Discrete(2)
+    """
+    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+        raise ValueError(f"{owner}: the observation space must be a 1-D Box, got {observation_space}")
+    if kind not in ("auto", "categorical", "gaussian"):
+        raise ValueError(f"{owner}: kind must be 'auto', 'categorical' or 'gaussian', got {kind!r}")
+    discrete = isinstance(action_space, gym.spaces.Discrete)
+    box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
+    if kind == "gaussian" and not box:
+        raise ValueError(f"{owner}: a Gaussian policy needs a Box action space, got {action_space}")
+    if kind == "categorical" and not discrete:
+        raise ValueError(f"{owner}: a categorical policy needs a Discrete action space, got {action_space}")
+    if not (discrete or box):
+        raise ValueError(
+            f"{owner}: the action space must be Discrete (categorical policy) or a 1-D Box (Gaussian policy), "
+            f"got {action_space}"
+        )
+    obs_dim = int(observation_space.shape[0])
+    out_dim = int(action_space.n) if discrete else int(action_space.shape[0])
+    actor_net = mlp(obs_dim, out_dim, hidden, activation=activation)
+    critic = mlp(obs_dim, 1, hidden, activation=activation)
+    if ortho_init:
+        orthogonal_init_(actor_net, last_gain=0.01)
+        orthogonal_init_(critic, last_gain=1.0)
+    normalizer = Normalizer((obs_dim,), clip=obs_clip) if normalize_observations else None
+    if discrete:
+        return CategoricalActorCritic(actor_net, critic, obs_normalizer=normalizer, write_value=write_value, seed=seed)
+    actor = GaussianActor(actor_net, action_dim=out_dim, log_std_init=log_std_init)
+    return GaussianActorCritic(actor, critic, obs_normalizer=normalizer, write_value=write_value, seed=seed)

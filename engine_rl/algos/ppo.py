@@ -1,0 +1,142 @@
+"""PPO's loss: clipped surrogate, (optionally clipped) value loss, entropy bonus.
+
+Reads a minibatch holding ``"observation"``, ``"action"``, ``"log_prob"`` (of the acting
+policy), ``"advantage"`` and ``"value_target"`` (from :func:`engine_rl.algos.gae.gae`, computed
+once per batch by :class:`handlers.advantage.GAEAdvantage`) and, to clip the value loss,
+``"state_value"``. Returns a TensorDict whose ``loss_*`` entries the trainer sums and
+optimizes, plus diagnostics under other keys: ``approx_kl``, ``clip_fraction``, ``entropy``.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from engine_rl.algos.policies import ActorCritic
+from engine_rl.keys import require_keys
+
+__all__ = ["PPOLoss"]
+
+
+def _non_negative(owner: str, name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{owner}: argument {name} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+class PPOLoss(nn.Module):
+    """Clipped-surrogate PPO loss (Schulman et al., 2017) over an :class:`ActorCritic`.
+
+    With ``ratio = exp(log_prob - old_log_prob)`` and advantages ``A`` (normalized per
+    minibatch if ``normalize_advantage``)::
+
+        loss_objective = -mean(min(ratio * A, clamp(ratio, 1 - eps, 1 + eps) * A))
+        loss_critic    = value_coef * mean((V - value_target) ** 2)
+                         (with value_clip c: V is old_V + clamp(V - old_V, -c, c))
+        loss_entropy   = -entropy_coef * mean(entropy)      (only if entropy_coef > 0)
+
+    ``clip_epsilon`` and the coefficients are plain attributes, so a schedule handler can change
+    them during training (e.g. :class:`handlers.schedule.FrameSchedule` for rl-zoo's linear clip).
+    Diagnostics (no gradient): ``approx_kl = mean((ratio - 1) - log ratio)`` (Schulman's
+    estimator), ``clip_fraction = mean(|ratio - 1| > eps)``, ``entropy``.
+
+    Args:
+        policy: the actor-critic being trained (its :meth:`~ActorCritic.evaluate` is called).
+        clip_epsilon: the surrogate's clip range (> 0).
+        value_clip: clip range of the value prediction around ``"state_value"`` (``None``: no clip).
+        value_coef: weight of the value loss.
+        entropy_coef: weight of the entropy bonus.
+        normalize_advantage: standardize the advantages of each minibatch.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from engine_rl.algos.networks import mlp
+        >>> from engine_rl.algos.policies import CategoricalActorCritic
+        >>> policy = CategoricalActorCritic(mlp(4, 2, (8,)), mlp(4, 1, (8,)), seed=0)
+        >>> batch = policy(TensorDict({"observation": torch.randn(6, 4)}, [6]))
+        >>> batch["advantage"] = torch.randn(6)
+        >>> batch["value_target"] = torch.randn(6)
+        >>> out = PPOLoss(policy)(batch)
+        >>> sorted(out.keys())
+        ['approx_kl', 'clip_fraction', 'entropy', 'loss_critic', 'loss_objective']
+        >>> out["approx_kl"].abs().item() < 1e-6  # same policy: ratio 1
+        True
+    """
+
+    def __init__(
+        self,
+        policy: ActorCritic,
+        *,
+        clip_epsilon: float = 0.2,
+        value_clip: float | None = None,
+        value_coef: float = 0.5,
+        entropy_coef: float = 0.0,
+        normalize_advantage: bool = True,
+    ) -> None:
+        super().__init__()
+        if not callable(getattr(policy, "evaluate", None)):
+            raise TypeError(
+                f"PPOLoss: argument policy must have an evaluate(observation, action) method "
+                f"(an ActorCritic), got {type(policy).__name__}"
+            )
+        if getattr(policy, "critic", True) is None:
+            raise ValueError("PPOLoss: the policy has no critic; PPO needs one for its value loss")
+        if isinstance(clip_epsilon, bool) or not isinstance(clip_epsilon, (int, float)) or not clip_epsilon > 0:
+            raise ValueError(f"PPOLoss: argument clip_epsilon must be a positive number, got {clip_epsilon!r}")
+        if value_clip is not None and not _non_negative("PPOLoss", "value_clip", value_clip) > 0:
+            raise ValueError(f"PPOLoss: argument value_clip must be positive or None, got {value_clip!r}")
+        self.policy = policy
+        self.clip_epsilon = float(clip_epsilon)
+        self.value_clip = value_clip
+        self.value_coef = _non_negative("PPOLoss", "value_coef", value_coef)
+        self.entropy_coef = _non_negative("PPOLoss", "entropy_coef", entropy_coef)
+        self.normalize_advantage = normalize_advantage
+
+    @property
+    def in_keys(self) -> list[str]:
+        keys = ["observation", "action", "log_prob", "advantage", "value_target"]
+        return keys + (["state_value"] if self.value_clip is not None else [])
+
+    def forward(self, sample: TensorDictBase) -> TensorDictBase:
+        try:
+            obs = sample["observation"]
+            action = sample["action"]
+            old_log_prob = sample["log_prob"]
+            advantage = sample["advantage"]
+            value_target = sample["value_target"]
+            old_value = sample["state_value"] if self.value_clip is not None else None
+        except KeyError:
+            require_keys(sample, self.in_keys, consumer="PPOLoss")  # raises, naming the missing keys
+            raise
+        log_prob, entropy, value = self.policy.evaluate(obs, action)
+        if self.normalize_advantage and advantage.numel() > 1:
+            std, mean = torch.std_mean(advantage)
+            advantage = (advantage - mean) / (std + 1e-8)
+
+        log_ratio = log_prob - old_log_prob
+        ratio = log_ratio.exp()
+        eps = self.clip_epsilon
+        clipped_ratio = ratio.clamp(1.0 - eps, 1.0 + eps)
+        # clipped surrogate: the pessimistic (min) of the unclipped and clipped objectives
+        loss_objective = -torch.min(ratio * advantage, clipped_ratio * advantage).mean()
+
+        if old_value is not None:
+            value = old_value + (value - old_value).clamp(-self.value_clip, self.value_clip)
+        loss_critic = self.value_coef * (value - value_target).pow(2).mean()
+
+        with torch.no_grad():
+            n = ratio.numel()
+            approx_kl = (ratio - log_ratio).mean() - 1.0  # mean((ratio - 1) - log ratio)
+            clip_fraction = torch.count_nonzero(clipped_ratio != ratio) / n
+            entropy_mean = entropy.mean()
+        out = {
+            "loss_objective": loss_objective,
+            "loss_critic": loss_critic,
+            "approx_kl": approx_kl,
+            "clip_fraction": clip_fraction,
+            "entropy": entropy_mean.detach(),
+        }
+        if self.entropy_coef > 0:
+            out["loss_entropy"] = -self.entropy_coef * entropy.mean()
+        return TensorDict(out, batch_size=[])

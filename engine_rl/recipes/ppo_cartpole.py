@@ -1,0 +1,223 @@
+"""``ppo-cartpole``: PPO on CartPole-v1 with rl-baselines3-zoo's hyperparameters.
+
+rl-zoo: 8 envs x 32 steps per batch (256 frames), one minibatch of 256, 20 epochs, gamma 0.98,
+GAE lambda 0.8, lr and clip range linear from 1e-3 and 0.2 to 0, no entropy bonus, 100k frames;
+Stable-Baselines3's defaults for the rest (separate 64x64 tanh actor and critic, orthogonal init,
+Adam eps 1e-5, value coefficient 0.5, gradient norm clipped at 0.5, advantages normalized per
+minibatch). The policy is picked from the action space, so ``--set env_id=Pendulum-v1`` trains a
+Gaussian policy (actions clipped to the bounds by the env wrapper).
+
+Per batch, on ``BATCH_COLLECTED`` in this order: NaN guard, observation statistics, reward
+scaling, lr and clip schedules, GAE; then ``num_epochs`` x ``frames_per_batch // batch_size``
+minibatch steps (``MinibatchSampler``), gradient clipping, optional KL early stop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import torch
+from gymnasium.wrappers.vector import ClipAction
+from torch import nn
+
+from engine_rl.algos.policies import make_actor_critic
+from engine_rl.algos.ppo import PPOLoss
+from engine_rl.collectors import GymCollector, make_vec_env
+from engine_rl.engine import create_trainer
+from engine_rl.recipes.base import Setup, register
+from handlers.advantage import GAEAdvantage
+from handlers.kl_stop import KLEarlyStop
+from handlers.minibatch import MinibatchSampler
+from handlers.nan_guard import NaNGuard
+from handlers.normalization import ObservationNormalizer, RewardNormalizer
+from handlers.optim import GradClipper
+from handlers.schedule import FrameSchedule
+from handlers.validation import ValidationRollout
+
+__all__ = ["PPOConfig", "build_ppo"]
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+@dataclass(kw_only=True)
+class PPOConfig:
+    env_id: str = "CartPole-v1"
+    """Gymnasium id; Discrete actions get a categorical policy, 1-D Box actions a Gaussian one."""
+    num_envs: int = 8
+    """Environment copies stepped together by the collector (rl-zoo: n_envs)."""
+    vectorization: str = "auto"
+    """Gymnasium vectorization: 'auto' (numpy-batched if the env has it, else 'sync'), or the gymnasium mode."""
+    total_frames: int = 100_000
+    """Frames to collect in the whole run."""
+    steps_per_env: int = 32
+    """Steps per env copy in each batch (rl-zoo: n_steps); a batch is num_envs * steps_per_env frames."""
+    batch_size: int = 256
+    """Frames per minibatch (a divisor of the batch is best: the remainder waits for the next epoch)."""
+    num_epochs: int = 20
+    """Optim epochs (passes over the batch) per batch (rl-zoo: n_epochs)."""
+    lr: float = 1e-3
+    """Adam learning rate at the start (decays linearly to lr_end over total_frames)."""
+    lr_end: float = 0.0
+    """Learning rate at the end of the run (set it to lr for a constant rate)."""
+    adam_eps: float = 1e-5
+    """Adam epsilon (Stable-Baselines3's PPO default)."""
+    clip_epsilon: float = 0.2
+    """Clip range of the probability ratio at the start (decays linearly to clip_epsilon_end)."""
+    clip_epsilon_end: float = 0.0
+    """Clip range at the end of the run (set it to clip_epsilon for a constant range)."""
+    value_clip: float | None = None
+    """Clip range of the value prediction around the batch's old values (None: no clipping)."""
+    gamma: float = 0.98
+    """Discount factor."""
+    gae_lambda: float = 0.8
+    """GAE lambda."""
+    value_coef: float = 0.5
+    """Weight of the value loss."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping by global norm (<= 0 disables)."""
+    normalize_advantage: bool = True
+    """Standardize advantages per minibatch."""
+    target_kl: float | None = None
+    """Stop a batch's epochs once approx_kl exceeds 1.5 * target_kl (None: never)."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the actor and of the critic (separate networks)."""
+    activation: str = "tanh"
+    """Activation of the hidden layers: 'tanh' or 'relu'."""
+    ortho_init: bool = True
+    """Orthogonal initialisation (gains sqrt 2; 0.01 policy head; 1 value head)."""
+    log_std_init: float = 0.0
+    """Initial log std of a Gaussian policy (continuous actions only)."""
+    normalize_observations: bool = False
+    """Running mean/std observation normalization inside the policy."""
+    normalize_rewards: bool = False
+    """Scale rewards by the running std of the discounted return."""
+    nan_guard: bool = True
+    """Stop with an error at the first NaN/Inf in observations, rewards, losses or gradients."""
+    eval_every: int = 40
+    """Evaluate every this many batches (and at the end of the run)."""
+    eval_episodes: int = 10
+    """Deterministic evaluation episodes per evaluation."""
+    eval_seed: int = 10_000
+    """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
+    seed: int = 0
+    """Seed of torch, the envs, the policy's sampling and the minibatch shuffling."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "total_frames", "steps_per_env", "batch_size", "num_epochs", "eval_every",
+                     "eval_episodes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"PPOConfig: {name} must be a positive int, got {value!r}")
+        if self.batch_size > self.frames_per_batch:
+            raise ValueError(
+                f"PPOConfig: batch_size ({self.batch_size}) exceeds the frames per batch "
+                f"(num_envs * steps_per_env = {self.frames_per_batch})"
+            )
+        if self.vectorization not in ("auto", "vector_entry_point", "sync", "async"):
+            raise ValueError(
+                "PPOConfig: vectorization must be 'auto', 'vector_entry_point', 'sync' or 'async', "
+                f"got {self.vectorization!r}"
+            )
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"PPOConfig: activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"PPOConfig: {name} must be in [0, 1], got {getattr(self, name)!r}")
+        if not self.lr > 0 or self.lr_end < 0:
+            raise ValueError(f"PPOConfig: need lr > 0 and lr_end >= 0, got {self.lr!r}, {self.lr_end!r}")
+        if not self.clip_epsilon > 0 or self.clip_epsilon_end < 0:
+            raise ValueError(
+                f"PPOConfig: need clip_epsilon > 0 and clip_epsilon_end >= 0, got {self.clip_epsilon!r}, "
+                f"{self.clip_epsilon_end!r}"
+            )
+        if self.target_kl is not None and not self.target_kl > 0:
+            raise ValueError(f"PPOConfig: target_kl must be positive or None, got {self.target_kl!r}")
+        if self.value_clip is not None and not self.value_clip > 0:
+            raise ValueError(f"PPOConfig: value_clip must be positive or None, got {self.value_clip!r}")
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames per collected batch: ``num_envs * steps_per_env``."""
+        return self.num_envs * self.steps_per_env
+
+    @property
+    def minibatches(self) -> int:
+        """Optim steps per optim epoch: ``frames_per_batch // batch_size``."""
+        return self.frames_per_batch // self.batch_size
+
+
+def _make_env(cfg: PPOConfig, num_envs: int) -> gym.vector.VectorEnv:
+    mode = None if cfg.vectorization == "auto" else cfg.vectorization
+    env = make_vec_env(cfg.env_id, num_envs, mode=mode)
+    if isinstance(env.single_action_space, gym.spaces.Box):
+        env = ClipAction(env)  # the policy's Gaussian samples are unbounded
+    return env
+
+
+@register("ppo-cartpole", PPOConfig, "PPO on CartPole-v1 (rl-zoo hyperparameters); solves it in 100k frames")
+def build_ppo(cfg: PPOConfig) -> Setup:
+    torch.manual_seed(cfg.seed)
+    env = _make_env(cfg, cfg.num_envs)
+    try:
+        policy = make_actor_critic(
+            env.single_observation_space, env.single_action_space,
+            hidden=cfg.hidden, activation=_ACTIVATIONS[cfg.activation],
+            normalize_observations=cfg.normalize_observations, log_std_init=cfg.log_std_init,
+            ortho_init=cfg.ortho_init, write_value=False, seed=cfg.seed, owner=f"ppo ({cfg.env_id})",
+        )
+    except ValueError:
+        env.close()
+        raise
+    greedy = policy.greedy()
+    collector = GymCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
+    loss = PPOLoss(
+        policy, clip_epsilon=cfg.clip_epsilon, value_clip=cfg.value_clip, value_coef=cfg.value_coef,
+        entropy_coef=cfg.entropy_coef, normalize_advantage=cfg.normalize_advantage,
+    )
+    # fused: one kernel for all parameters (4x faster than the default per-tensor loop on CPU)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+    trainer = create_trainer(
+        collector, loss, optimizer,
+        total_frames=cfg.total_frames,
+        num_epochs=cfg.num_epochs,
+        optim_steps_per_batch=cfg.minibatches,
+    )
+
+    # BATCH_COLLECTED, in this order
+    if cfg.nan_guard:
+        NaNGuard(parameters=policy).attach(trainer)
+    if policy.obs_normalizer is not None:
+        ObservationNormalizer(policy.obs_normalizer).attach(trainer)
+    reward_normalizer = RewardNormalizer(gamma=cfg.gamma) if cfg.normalize_rewards else None
+    if reward_normalizer is not None:
+        reward_normalizer.attach(trainer)
+    FrameSchedule(optimizer, "lr", start=cfg.lr, end=cfg.lr_end, total_frames=cfg.total_frames,
+                  metric="lr").attach(trainer)
+    FrameSchedule(loss, "clip_epsilon", start=cfg.clip_epsilon, end=cfg.clip_epsilon_end,
+                  total_frames=cfg.total_frames).attach(trainer)
+    GAEAdvantage(policy.value, gamma=cfg.gamma, lmbda=cfg.gae_lambda).attach(trainer)
+    # optim steps
+    sampler = MinibatchSampler(cfg.batch_size, keys=loss.in_keys, seed=cfg.seed).attach(trainer)
+    if cfg.max_grad_norm > 0:
+        GradClipper(policy, max_norm=cfg.max_grad_norm).attach(trainer)
+    if cfg.target_kl is not None:
+        KLEarlyStop(cfg.target_kl).attach(trainer)
+
+    eval_env = _make_env(cfg, min(cfg.eval_episodes, 16))
+    ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
+                      seed=cfg.eval_seed).attach(trainer)
+
+    to_save = {"trainer": trainer, "policy": policy, "optimizer": optimizer, "collector": collector,
+               "sampler": sampler}
+    if reward_normalizer is not None:
+        to_save["reward_normalizer"] = reward_normalizer
+    return Setup(
+        trainer=trainer,
+        to_save=to_save,
+        eval_policy=greedy,
+        total_frames=cfg.total_frames,
+        closers=[collector.shutdown, eval_env.close],
+    )

@@ -1,0 +1,138 @@
+"""On-policy minibatches: shuffled slices of the current batch, reshuffled every optim epoch.
+
+:class:`MinibatchSampler` hangs on ``RLEvents.SAMPLE_REQUESTED`` (puts the next minibatch in
+``state.sample``) and ``RLEvents.EPOCH_DONE`` (draws a new permutation). The trainer's
+``optim_steps_per_batch`` should be ``frames_per_batch // batch_size`` so that an optim epoch is
+one pass over the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from ignite.engine import Engine
+from tensordict import TensorDictBase
+
+from engine_rl.events import RLEvents
+from engine_rl.keys import NestedKey, require_keys
+
+__all__ = ["MinibatchSampler"]
+
+
+class MinibatchSampler:
+    """Serve the current batch as shuffled minibatches of ``batch_size`` items.
+
+    At the first request after a new batch was collected, the batch is flattened (and reduced
+    to ``keys`` if given). Each optim epoch uses one random permutation: minibatch ``i`` is
+    items ``perm[i * batch_size : (i + 1) * batch_size]``; leftover items (when the batch size
+    does not divide the batch) wait for another epoch's permutation. Asking for more
+    minibatches than an epoch holds starts a new permutation. When ``batch_size`` covers the
+    whole batch, the sample is the batch itself (order does not change a mean loss), with no
+    gather. Permutations come from the sampler's own generator, saved in :meth:`state_dict`.
+
+    Args:
+        batch_size: items per minibatch.
+        keys: entries to keep in the samples (e.g. ``loss.in_keys``); ``None``: all.
+        seed: the generator's seed (``None``: drawn from torch's global generator).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from engine_rl import create_trainer
+        >>> w = torch.nn.Parameter(torch.zeros(()))
+        >>> batch = TensorDict({"x": torch.arange(8.0).reshape(2, 4)}, [2, 4])
+        >>> seen = []
+        >>> def loss(td):
+        ...     seen.append(sorted(td["x"].tolist()))
+        ...     return {"loss": w * td["x"].sum()}
+        >>> trainer = create_trainer([batch], loss, torch.optim.SGD([w], lr=0.0),
+        ...                          num_epochs=2, optim_steps_per_batch=2)
+        >>> _ = MinibatchSampler(4, seed=0).attach(trainer)
+        >>> _ = trainer.run(max_epochs=1)
+        >>> sorted(seen[0] + seen[1]) == sorted(seen[2] + seen[3]) == [float(i) for i in range(8)]
+        True
+    """
+
+    def __init__(self, batch_size: int, *, keys: Sequence[NestedKey] | None = None, seed: int | None = None) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"MinibatchSampler: argument batch_size must be a positive int, got {batch_size!r}")
+        self.batch_size = batch_size
+        self.keys = list(keys) if keys is not None else None
+        if seed is None:
+            seed = int(torch.randint(2**62, ()).item())
+        self._generator = torch.Generator().manual_seed(seed)
+        self._batch_id: int | None = None
+        self._source: TensorDictBase | None = None  # the batch the minibatches come from
+        self._flat: TensorDictBase | None = None
+        self._shuffled: TensorDictBase | None = None
+        self._next = 0  # index of the next minibatch in the current permutation
+
+    @property
+    def minibatches_per_epoch(self) -> int:
+        """Minibatches in one pass over the current batch (0 before the first batch)."""
+        if self._flat is None:
+            return 0
+        return max(self._flat.shape[0] // self.batch_size, 1)
+
+    def _load(self, batch: TensorDictBase, batch_id: int) -> None:
+        self._source = batch
+        if self.keys is not None:
+            require_keys(batch, self.keys, consumer="MinibatchSampler")
+            batch = batch.select(*self.keys)
+        self._flat = batch.reshape(-1)
+        self._batch_id = batch_id
+        self.reshuffle()
+
+    def reshuffle(self) -> None:
+        """Start a new pass with a new permutation."""
+        self._next = 0
+        flat = self._flat
+        if flat is None or flat.shape[0] <= self.batch_size:
+            self._shuffled = flat
+            return
+        perm = torch.randperm(flat.shape[0], generator=self._generator)
+        self._shuffled = flat[perm.to(flat.device)]
+
+    def sample(self) -> TensorDictBase:
+        """The next minibatch of the current batch."""
+        if self._shuffled is None:
+            raise RuntimeError("MinibatchSampler: no batch yet; it is loaded at the first SAMPLE_REQUESTED")
+        if self._next >= self.minibatches_per_epoch:
+            self.reshuffle()
+        i = self._next
+        self._next += 1
+        if self._shuffled.shape[0] <= self.batch_size:
+            return self._shuffled
+        return self._shuffled[i * self.batch_size : (i + 1) * self.batch_size]
+
+    def _on_sample_requested(self, engine: Engine) -> None:
+        state = engine.state
+        batch_id = getattr(state, "batches", None)
+        # a new batch: another object, or the same object yielded again (a new batch count)
+        if state.batch is not self._source or batch_id != self._batch_id:
+            self._load(state.batch, batch_id)
+        state.sample = self.sample()
+
+    def _on_epoch_done(self, _: Engine) -> None:
+        if self._flat is not None:
+            self.reshuffle()
+
+    def attach(self, engine: Engine) -> MinibatchSampler:
+        """Sample on ``RLEvents.SAMPLE_REQUESTED``, reshuffle on ``RLEvents.EPOCH_DONE``."""
+        if not isinstance(engine, Engine):
+            raise TypeError(
+                f"MinibatchSampler.attach: argument engine must be an ignite Engine, got {type(engine).__name__}"
+            )
+        engine.add_event_handler(RLEvents.SAMPLE_REQUESTED, self._on_sample_requested)
+        engine.add_event_handler(RLEvents.EPOCH_DONE, self._on_epoch_done)
+        return self
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator state (a uint8 tensor)."""
+        return {"rng_state": self._generator.get_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "rng_state" not in state_dict:
+            raise KeyError("MinibatchSampler.load_state_dict: missing key 'rng_state'")
+        self._generator.set_state(state_dict["rng_state"])
