@@ -9,5 +9,17 @@ from engine_rl.engine import MASK_KEY, RLTrainer, create_trainer
 from engine_rl.events import RLEvents
 from engine_rl.keys import require_keys
 
-__all__ = ["MASK_KEY", "RLEvents", "RLTrainer", "create_trainer", "require_keys"]
+__all__ = ["MASK_KEY", "RLEvents", "RLTrainer", "create_evaluator", "create_trainer", "require_keys", "training_state"]
+
+_LAZY = {"create_evaluator": "engine_rl.evaluation", "training_state": "engine_rl.checkpoint"}
+
+
+def __getattr__(name: str):  # imported on first use: they pull in gymnasium and ignite's handlers
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'engine_rl' has no attribute {name!r}")
+
+
 __version__ = "0.1.0"

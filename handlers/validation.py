@@ -1,9 +1,11 @@
 """Validation rollouts during training: whole episodes with a deterministic policy.
 
-:class:`ValidationRollout` runs :func:`engine_rl.collectors.run_episodes` (the collector's own
-step code) on ``Events.ITERATION_COMPLETED(every=every)`` and writes the scores into
-``engine.state.metrics``, where loggers, ``EarlyStopping`` and ``Checkpoint(score_function=...)``
-find them.
+:class:`ValidationRollout` runs an evaluator (:func:`engine_rl.evaluation.create_evaluator`,
+an Ignite ``Engine`` stepping with the collector's own code) on
+``Events.ITERATION_COMPLETED(every=every)`` or every ``every_frames`` frames, and copies its
+scores into the trainer's ``state.metrics`` as ``eval_*``, where loggers find them. Stock
+handlers that act on scores (``EarlyStopping``, ``Checkpoint(score_function=...)``) attach to
+``rollout.evaluator``, on ``Events.COMPLETED``.
 """
 
 from __future__ import annotations
@@ -14,22 +16,25 @@ from typing import Any
 import torch
 from ignite.engine import Engine, Events
 from ignite.engine.events import RemovableEventHandle
-from torch import nn
 
-from engine_rl.collectors import run_episodes
+from engine_rl.evaluation import EVAL_METRICS, Evaluator, create_evaluator
 from handlers._attach import add_handler, check_every
 
 __all__ = ["ValidationRollout"]
 
 
 class ValidationRollout:
-    """Evaluate ``policy`` on ``env`` for ``num_episodes`` episodes every ``every`` iterations.
+    """Evaluate ``policy`` on ``env`` for ``num_episodes`` episodes every ``every`` iterations
+    (or every ``every_frames`` frames).
 
-    Each evaluation runs under ``torch.no_grad()`` with the policy in eval mode (its previous
-    mode is restored afterwards) and sets these floats in ``engine.state.metrics``
+    Each evaluation is one run of :attr:`evaluator` (an :class:`~engine_rl.evaluation.Evaluator`):
+    under ``torch.no_grad()`` with the policy in eval mode (its previous mode is restored
+    afterwards). It sets these floats in ``engine.state.metrics``
     (``prefix="eval"``): ``eval_return_mean``, ``eval_return_std`` (population std, 0 for one
     episode), ``eval_return_min``, ``eval_return_max`` and ``eval_length_mean``, plus ``eval_frames`` (the
-    trainer's frame count at evaluation time). It fires no event.
+    trainer's frame count at evaluation time). The trainer gets no event; the evaluator fires its
+    own (``Events.COMPLETED`` after each evaluation, with the unprefixed scores in
+    ``evaluator.state.metrics``): attach ``EarlyStopping`` or a best-policy ``Checkpoint`` there.
 
     Every evaluation resets the env with the **same seed**, so successive scores differ only
     because the policy changed, not because the episodes' start states did. With ``seed=None``
@@ -43,10 +48,13 @@ class ValidationRollout:
             TensorDict holding ``"observation"``.
         num_episodes: episodes per evaluation.
         every: events between evaluations; the default for :meth:`attach`.
+        every_frames: evaluate instead after each iteration that reaches a multiple of this many
+            frames (``engine.state.frames``), whatever the batch size; overrides ``every``/``event``.
         seed: the reset seed of every evaluation (``None``: drawn once, see above).
         event: the event evaluations hang on; the default for :meth:`attach`.
         also_at_completion: on ``Events.COMPLETED``, evaluate once more unless the last
-            iteration was just evaluated, so a run always ends with a score of its final policy.
+            iteration was just evaluated, so a run always ends with a score of its final policy
+            (a run stopped with ``terminate(skip_completed=True)`` — a pause — is not scored).
         prefix: metric names start with ``f"{prefix}_"``.
         device: the policy's device (``None``: from its parameters).
 
@@ -61,6 +69,8 @@ class ValidationRollout:
         ['eval_length_mean', 'eval_return_max', 'eval_return_mean', 'eval_return_min', 'eval_return_std']
         >>> scores == rollout.evaluate()  # same seed, same policy: same episodes
         True
+        >>> rollout.evaluator.state.metrics["return_mean"] == scores["eval_return_mean"]
+        True
     """
 
     def __init__(
@@ -70,6 +80,7 @@ class ValidationRollout:
         *,
         num_episodes: int = 10,
         every: int = 1,
+        every_frames: int | None = None,
         seed: int | None = None,
         event: Any = Events.ITERATION_COMPLETED,
         also_at_completion: bool = True,
@@ -84,45 +95,65 @@ class ValidationRollout:
             seed = int(torch.randint(2**30, ()).item())
         elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"ValidationRollout: argument seed must be a non-negative int or None, got {seed!r}")
-        self.env = env
-        self.policy = policy
-        self.num_episodes = num_episodes
         self.every = check_every(every, owner="ValidationRollout")
-        self.seed = seed
+        if every_frames is not None and (
+            isinstance(every_frames, bool) or not isinstance(every_frames, int) or every_frames < 1
+        ):
+            raise ValueError(f"ValidationRollout: argument every_frames must be a positive int or None, got {every_frames!r}")
+        self.every_frames = every_frames
+        #: The evaluator each evaluation runs; attach score-based handlers to it.
+        self.evaluator: Evaluator = create_evaluator(env, policy, num_episodes=num_episodes, seed=seed, device=device)
         self.event = event
         self.also_at_completion = also_at_completion
         self.prefix = prefix
-        self.device = device
         self.num_evaluations = 0
         self.last: dict[str, float] = {}
         self._last_iteration: int | None = None
+        self._next_frames = every_frames  # frames at which the next every_frames evaluation is due
+
+    # the evaluator's settings, readable and writable here
+    @property
+    def env(self) -> Any:
+        return self.evaluator.env
+
+    @property
+    def policy(self) -> Callable[..., Any]:
+        return self.evaluator.policy
+
+    @property
+    def num_episodes(self) -> int:
+        return self.evaluator.num_episodes
+
+    @property
+    def seed(self) -> int:
+        return self.evaluator.seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self.evaluator.seed = value
+
+    @property
+    def device(self) -> torch.device | str | None:
+        return self.evaluator.device
 
     def evaluate(self) -> dict[str, float]:
-        """Run the episodes now and return the scores (also kept in :attr:`last`)."""
-        module = self.policy if isinstance(self.policy, nn.Module) else None
-        was_training = module.training if module is not None else False
-        try:
-            if module is not None:
-                module.eval()
-            with torch.no_grad():
-                res = run_episodes(self.env, self.policy, self.num_episodes, seed=self.seed, device=self.device)
-        finally:
-            if module is not None:
-                module.train(was_training)
-        returns = res["return"].double()
-        stats = torch.stack(
-            [returns.mean(), returns.std(correction=0), returns.min(), returns.max(), res["length"].double().mean()]
-        ).tolist()
-        names = ("return_mean", "return_std", "return_min", "return_max", "length_mean")
-        self.last = {f"{self.prefix}_{name}": value for name, value in zip(names, stats)}
+        """Run the evaluator now and return the prefixed scores (also kept in :attr:`last`)."""
+        metrics = self.evaluator.run().metrics
+        self.last = {f"{self.prefix}_{name}": float(metrics[name]) for name in EVAL_METRICS}
         self.num_evaluations += 1
         return self.last
 
     def __call__(self, engine: Engine) -> None:
         engine.state.metrics.update(self.evaluate())
         # when the scores were taken: MetricsLogger writes an eval line whenever this changes
-        engine.state.metrics[f"{self.prefix}_frames"] = int(getattr(engine.state, "frames", 0))
+        frames = int(getattr(engine.state, "frames", 0))
+        engine.state.metrics[f"{self.prefix}_frames"] = frames
         self._last_iteration = engine.state.iteration
+        if self.every_frames is not None:
+            self._next_frames = (frames // self.every_frames + 1) * self.every_frames
+
+    def _frames_due(self, engine: Engine, _: int) -> bool:
+        return int(getattr(engine.state, "frames", 0)) >= self._next_frames
 
     def _at_completion(self, engine: Engine) -> None:
         if self._last_iteration != engine.state.iteration:
@@ -131,19 +162,35 @@ class ValidationRollout:
     def attach(
         self, engine: Engine, *, event: Any = None, every: int | None = None
     ) -> RemovableEventHandle:
-        """Evaluate on ``event`` every ``every`` times (defaults: the constructor's), and at
+        """Evaluate on ``event`` every ``every`` times (defaults: the constructor's) — or, with
+        ``every_frames``, after each iteration reaching a multiple of it — and at
         ``Events.COMPLETED`` if ``also_at_completion``. Returns the handle of the periodic one."""
-        event = self.event if event is None else event
-        handle = add_handler(engine, self, event, self.every if every is None else every, owner="ValidationRollout")
+        if self.every_frames is not None and event is None and every is None:
+            handle = add_handler(
+                engine, self, Events.ITERATION_COMPLETED(event_filter=self._frames_due), 1, owner="ValidationRollout"
+            )
+        else:
+            event = self.event if event is None else event
+            handle = add_handler(engine, self, event, self.every if every is None else every, owner="ValidationRollout")
         if self.also_at_completion:
             engine.add_event_handler(Events.COMPLETED, self._at_completion)
         return handle
 
     def state_dict(self) -> dict[str, Any]:
-        """The evaluation seed, the number of evaluations and the last scores (numbers only)."""
-        return {"seed": self.seed, "num_evaluations": self.num_evaluations, "last": dict(self.last)}
+        """The evaluation seed, the number of evaluations, the last scores and when they were
+        taken (numbers only)."""
+        return {
+            "seed": self.seed, "num_evaluations": self.num_evaluations, "last": dict(self.last),
+            "last_iteration": -1 if self._last_iteration is None else self._last_iteration,
+            "next_frames": -1 if self._next_frames is None else self._next_frames,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.seed = int(state_dict["seed"])
         self.num_evaluations = int(state_dict["num_evaluations"])
         self.last = {str(k): float(v) for k, v in state_dict.get("last", {}).items()}
+        last_iteration = int(state_dict.get("last_iteration", -1))
+        self._last_iteration = None if last_iteration < 0 else last_iteration
+        next_frames = int(state_dict.get("next_frames", -1))
+        if next_frames >= 0:
+            self._next_frames = next_frames

@@ -5,12 +5,15 @@ A collector is any iterable of TensorDicts; :class:`GymCollector` is the stock o
 
 from engine_rl.collectors.envs import VecEnvSpec, make_vec_env, vec_env_spec
 from engine_rl.collectors.episodes import run_episodes
-from engine_rl.collectors.gym import GymCollector, GymStepper, Policy, policy_device
+from engine_rl.collectors.gym import EnvError, GymCollector, GymStepper, Policy, policy_device
+from engine_rl.collectors.torch_env import TorchEnvCollector
 
 __all__ = [
+    "EnvError",
     "GymCollector",
     "GymStepper",
     "Policy",
+    "TorchEnvCollector",
     "VecEnvSpec",
     "make_vec_env",
     "policy_device",

@@ -20,6 +20,7 @@ kept for the next batch. Batches therefore carry no mask: every one of the
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -29,10 +30,11 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, set_env_state
 from engine_rl.collectors.envs import VecEnvSpec, vec_env_spec
 from engine_rl.keys import NestedKey, format_key, present_keys
 
-__all__ = ["GymCollector", "GymStepper", "Policy", "policy_device"]
+__all__ = ["EnvError", "GymCollector", "GymStepper", "Policy", "policy_device"]
 
 #: A policy reads ``"observation"`` from a TensorDict of batch ``[num_envs]`` and writes
 #: ``"action"`` (and optionally more entries) into it, returning it (or ``None``).
@@ -54,6 +56,68 @@ _NUMPY_DTYPES = {
     torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
     torch.float16, torch.float32, torch.float64,
 }
+
+
+def _nest(flat: Mapping[NestedKey, Any]) -> dict[str, Any]:
+    """``{("next", "reward"): x, "action": y}`` -> ``{"next": {"reward": x}, "action": y}``."""
+    root: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = (key,) if isinstance(key, str) else key
+        node = root
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return root
+
+
+def _flatten(nested: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[NestedKey, Any]:
+    """Inverse of :func:`_nest` (one-part keys come back as strings)."""
+    flat: dict[NestedKey, Any] = {}
+    for name, value in nested.items():
+        key = (*prefix, name)
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, key))
+        else:
+            flat[key[0] if len(key) == 1 else key] = value
+    return flat
+
+
+class EnvError(RuntimeError):
+    """An env raised while a collector or an evaluation stepped or reset it.
+
+    The message names the component, the env copy (when it can be known: ``SyncVectorEnv`` and
+    ``AsyncVectorEnv`` step copies one by one; a numpy-batched env steps them all at once) and the
+    vector step; the env's own exception is the ``__cause__``.
+
+    Attributes:
+        env_index: the failing env copy, or ``None`` if unknown.
+        step: the vector step (1-based, counted by the stepper since it was built or restored).
+    """
+
+    def __init__(self, message: str, *, env_index: int | None, step: int) -> None:
+        super().__init__(message)
+        self.env_index = env_index
+        self.step = step
+
+
+def _failed_env_index(env: Any, err: BaseException) -> int | None:
+    """Which env copy raised: the loop index of ``SyncVectorEnv.step``/``reset`` in the traceback,
+    or the worker whose pipe ``AsyncVectorEnv`` closed after the error."""
+    from gymnasium.vector import SyncVectorEnv
+
+    index = None
+    tb = err.__traceback__
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        if isinstance(local.get("self"), SyncVectorEnv) and isinstance(local.get("i"), int):
+            index = local["i"]
+        tb = tb.tb_next
+    if index is None:
+        pipes = getattr(getattr(env, "unwrapped", env), "parent_pipes", None)
+        if isinstance(pipes, list):
+            closed = [i for i, pipe in enumerate(pipes) if pipe is None]
+            index = closed[0] if len(closed) == 1 else None
+    return index
 
 
 def policy_device(policy: Policy, device: torch.device | str | None = None) -> torch.device:
@@ -136,6 +200,9 @@ class GymStepper:
         self._obs: np.ndarray | None = None
         #: Done flags of the last :meth:`step`, numpy bool ``[num_envs]``.
         self.done = np.zeros(n, dtype=bool)
+        #: Vector steps taken (since construction or the state loaded by :meth:`load_state_dict`).
+        self.steps = 0
+        self._pending_rows: dict[NestedKey, torch.Tensor] = {}  # restored policy rows, see load_state_dict
         self._alloc_env(max(int(rows), 1))
 
     @property
@@ -150,10 +217,17 @@ class GymStepper:
 
     def reset(self, seed: int | None = None) -> None:
         """Reset every env copy (``env.reset(seed=seed)``, copy ``i`` gets ``seed + i``) and the
-        episode counters; with a seed, also seed ``env.action_space``."""
-        obs, _ = self.env.reset(seed=seed)
+        episode counters; with a seed, also seed the env's action and observation spaces (batched
+        and single; otherwise gymnasium seeds them from OS entropy, which makes saved states differ
+        between identical runs)."""
+        try:
+            obs, _ = self.env.reset(seed=seed)
+        except Exception as err:
+            raise self._env_error(err, f"env.reset(seed={seed})") from err
         if seed is not None:
-            self.env.action_space.seed(seed)
+            env = self.env
+            for space in (env.action_space, env.single_action_space, env.observation_space, env.single_observation_space):
+                space.seed(seed)
         self._obs = obs
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
@@ -183,7 +257,11 @@ class GymStepper:
             array[row] = out.get(key).numpy()
         for key, buf in self._policy_torch:
             buf[row].copy_(out.get(key))
-        next_obs, reward, terminated, truncated, info = self.env.step(self._action_np[row])
+        try:
+            next_obs, reward, terminated, truncated, info = self.env.step(self._action_np[row])
+        except Exception as err:
+            raise self._env_error(err, "env.step") from err
+        self.steps += 1
 
         arrays[(_NEXT, "observation")][row] = next_obs
         arrays[(_NEXT, "reward")][row] = reward
@@ -209,6 +287,80 @@ class GymStepper:
             self._ep_return[done] = 0.0
             self._ep_length[done] = 0
         self._obs = next_obs
+
+    def _env_error(self, err: Exception, call: str) -> EnvError:
+        index = _failed_env_index(self.env, err)
+        step = self.steps + 1
+        if index is None:
+            where = f"the vector env ({type(self.env).__name__}; env index unknown: it steps all copies at once)"
+        else:
+            where = f"env {index} of {self.num_envs} (step {int(self._ep_length[index]) + 1} of its episode)"
+        return EnvError(
+            f"{self.owner}: {call} raised {type(err).__name__}: {err} -- in {where}, at vector step {step}",
+            env_index=index, step=step,
+        )
+
+    def state_dict(self, rows: int = 0) -> dict[str, Any]:
+        """Where the stepper stands: env state, current observations, episode counters, vector
+        steps, and the first ``rows`` staging rows (frames carried over between batches).
+
+        ``"env"`` is ``None`` (with the reason in ``"env_unsupported"``) when the env's state
+        cannot be captured (see :mod:`engine_rl.collectors.env_state`). Only tensors, numbers,
+        strings and plain containers.
+        """
+        try:
+            env_state, unsupported = get_env_state(self.env), None
+        except UnsupportedEnvState as err:
+            env_state, unsupported = None, str(err)
+        return {
+            "env": env_state,
+            "env_unsupported": unsupported,
+            "obs": None if self._obs is None else torch.from_numpy(np.array(self._obs)),
+            "episode_return": torch.from_numpy(self._ep_return.copy()),
+            "episode_length": torch.from_numpy(self._ep_length.copy()),
+            "prev_done": torch.from_numpy(self._prev_done.copy()),
+            "done": torch.from_numpy(self.done.copy()),
+            "steps": self.steps,
+            "valid": torch.from_numpy(self.valid[:rows].copy()),
+            "rows": _nest({key: buf[:rows].clone() for key, buf in self.buffers.items()}),
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (env included) into a stepper over an env built the same way.
+
+        Staging rows of the policy's outputs are written once the policy has run (their buffers
+        are allocated at the first :meth:`step`)."""
+        if state_dict["env"] is None:
+            raise UnsupportedEnvState(f"{self.owner}.load_state_dict: no env state saved ({state_dict['env_unsupported']})")
+        n = self.num_envs
+        if tuple(state_dict["episode_return"].shape) != (n,):
+            raise ValueError(
+                f"{self.owner}.load_state_dict: the state is for {state_dict['episode_return'].shape[0]} env copies, "
+                f"this env has {n}"
+            )
+        set_env_state(self.env, state_dict["env"])
+        obs = state_dict["obs"]
+        self._obs = None if obs is None else obs.numpy().copy()
+        self._ep_return[:] = state_dict["episode_return"].numpy()
+        self._ep_length[:] = state_dict["episode_length"].numpy()
+        self._prev_done[:] = state_dict["prev_done"].numpy()
+        self.done[:] = state_dict["done"].numpy()
+        self.steps = int(state_dict["steps"])
+        valid = state_dict["valid"].numpy()
+        rows = valid.shape[0]
+        self.grow(rows)
+        self.valid[:rows] = valid
+        self._pending_rows = {}
+        for key, value in _flatten(state_dict["rows"]).items():
+            if key in self.buffers:
+                self.buffers[key][:rows].copy_(value)
+            elif self._policy_keys is None:
+                self._pending_rows[key] = value
+            else:
+                raise KeyError(
+                    f"{self.owner}.load_state_dict: staging key {format_key(key)!r} is not one the policy writes "
+                    f"({sorted(map(format_key, self._policy_keys))})"
+                )
 
     def grow(self, rows: int) -> None:
         """Enlarge the staging to ``rows`` rows, keeping the content of the existing ones."""
@@ -277,6 +429,15 @@ class GymStepper:
                 fast.append(key)
         self._policy_keys = keys
         self._numpy_writable = set(fast)
+        if self._pending_rows:  # policy rows restored by load_state_dict, now that buffers exist
+            if set(self._pending_rows) != set(keys):
+                raise KeyError(
+                    f"{self.owner}: the policy writes {sorted(map(format_key, keys))}, but the restored staging "
+                    f"rows hold {sorted(map(format_key, self._pending_rows))}"
+                )
+            for key, value in self._pending_rows.items():
+                self.buffers[key][: value.shape[0]].copy_(value)
+            self._pending_rows = {}
         self._refresh_views()
 
     def _refresh_views(self) -> None:
@@ -353,6 +514,7 @@ class GymCollector:
         self._seed = seed
         self._reset_seed: int | None = seed
         self._needs_reset = True
+        self._warned = False
         self._row = 0  # staging rows in use (carried-over frames first)
         self._env_index = np.arange(n)[:, None]
         t = frames_per_batch // n
@@ -486,12 +648,40 @@ class GymCollector:
         self._needs_reset = True
 
     def state_dict(self) -> dict[str, Any]:
-        """Counters and seed (numbers only). Env states are not saved: a loaded collector
-        starts fresh episodes, reseeded from ``(seed, batches)`` so it does not replay old ones."""
-        return {"frames": self.frames, "batches": self.batches, "seed": self._seed}
+        """Counters, seed, and where the envs stand, so a loaded collector continues exactly.
+
+        ``"stepper"`` holds the env state (see :mod:`engine_rl.collectors.env_state`), the
+        current observations, episode counters and the frames carried over to the next batch.
+        For an env whose state cannot be captured (``AsyncVectorEnv``) it is ``None`` and a
+        warning says that a loaded collector will start new episodes. Only tensors, numbers,
+        strings and plain containers, so ``torch.load(..., weights_only=True)`` reads it.
+        """
+        state: dict[str, Any] = {
+            "frames": self.frames, "batches": self.batches, "seed": self._seed,
+            "reset_seed": self._reset_seed, "needs_reset": self._needs_reset, "stepper": None,
+        }
+        if not self._needs_reset:
+            stepper = self._stepper.state_dict(rows=self._row)
+            if stepper["env"] is None:
+                if not self._warned:
+                    warnings.warn(
+                        f"GymCollector.state_dict: {stepper['env_unsupported']}; a collector loaded from this state "
+                        "starts new episodes (not an exact resume)",
+                        stacklevel=2,
+                    )
+                    self._warned = True
+            else:
+                state["stepper"] = stepper
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`; envs are reset before the next batch."""
+        """Restore :meth:`state_dict` into a collector built the same way (env, policy, frames_per_batch).
+
+        With a saved env state, the next batch continues the saved episodes exactly. Without one
+        (a state from an ``AsyncVectorEnv``, or the older ``{"frames", "batches", "seed"}``
+        form) the envs are reset before the next batch, reseeded from ``(seed, batches)`` so old
+        episodes are not replayed.
+        """
         missing = {"frames", "batches", "seed"} - set(state_dict)
         if missing:
             raise KeyError(f"GymCollector.load_state_dict: missing key(s) {sorted(missing)}")
@@ -499,7 +689,16 @@ class GymCollector:
         self.batches = int(state_dict["batches"])
         seed = state_dict["seed"]
         self._seed = None if seed is None else int(seed)
-        if self._seed is not None and self.batches:
+        stepper = state_dict.get("stepper")
+        if stepper is not None:
+            self._stepper.load_state_dict(stepper)
+            self._row = int(stepper["valid"].shape[0])
+            self._reset_seed = state_dict["reset_seed"]
+            self._needs_reset = False
+            return
+        if "needs_reset" in state_dict and state_dict["needs_reset"]:
+            self._reset_seed = state_dict["reset_seed"]  # saved before the first batch
+        elif self._seed is not None and self.batches:
             seq = np.random.SeedSequence([self._seed, self.batches])
             self._reset_seed = int(seq.generate_state(1, dtype=np.uint32)[0])
         else:

@@ -253,7 +253,11 @@ def test_state_dict_round_trip_with_weights_only(tmp_path):
     rollout(collector, 3)
     torch.save(collector.state_dict(), tmp_path / "collector.pt")
     state = torch.load(tmp_path / "collector.pt", weights_only=True)
-    assert state == {"frames": 18, "batches": 3, "seed": 9}
+    assert (state["frames"], state["batches"], state["seed"]) == (18, 3, 9)
+    exact = GymCollector(make_vec_env("CartPole-v1", 2), Left(), frames_per_batch=6, seed=0)
+    exact.load_state_dict(state)  # the env state is saved: continue the same episodes exactly
+    assert torch.equal(next(iter(exact))["observation"], next(iter(collector))["observation"])
+    state = {"frames": 18, "batches": 3, "seed": 9}  # the older form (no env state): reseeded
 
     def resumed():
         c = GymCollector(make_vec_env("CartPole-v1", 2), Left(), frames_per_batch=6, seed=0)

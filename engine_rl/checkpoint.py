@@ -1,0 +1,498 @@
+"""Checkpoints: the complete resumable state of a run, written atomically, read back safely.
+
+- :func:`training_state` builds the ``to_save`` mapping for Ignite's ``Checkpoint``: the trainer
+  (counters), the objects you name (models, target nets, optimizers, LR schedulers, replay
+  buffer, collector with its env state, normalizers), the stateful handlers attached to the
+  trainer and to its evaluators (found automatically: ``EarlyStopping`` and best-``Checkpoint``
+  bests, ``ValidationRollout``, ``MetricsLogger``...), the trainer's ``state.metrics`` and the
+  global RNG states (torch, numpy, python; CUDA when in use).
+- :class:`AtomicDiskSaver` is Ignite's ``DiskSaver`` that writes ``.NAME.partial``, fsyncs and
+  renames, so a kill during a write leaves the previous checkpoint in place; it refuses, before
+  writing, any object that ``torch.load(..., weights_only=True)`` would refuse to read.
+- :func:`load_checkpoint` reads with ``weights_only=True`` and turns a missing, empty,
+  truncated, corrupt (CRC-32) or unsafe file into a :class:`CheckpointError` naming the file and
+  the problem; :func:`restore` loads it into objects, naming the entry that does not fit.
+- :func:`latest_checkpoint` finds the newest ``checkpoint_<frames>.pt`` of a folder.
+- :class:`InferenceState` is what an inference checkpoint holds: the evaluation policy's weights
+  (normalizers inside it included), an optional separate normalizer, the recipe and its config.
+
+Saving does not copy large tensors: ``state_dict()`` s return views (the replay buffer's rows
+are views of its storage) and ``torch.save`` streams them to the file.
+
+Examples:
+    >>> import tempfile, torch
+    >>> from ignite.engine import Engine, Events
+    >>> from ignite.handlers import Checkpoint
+    >>> trainer = Engine(lambda engine, batch: None)
+    >>> net = torch.nn.Linear(2, 1)
+    >>> to_save = training_state(trainer, {"net": net, "optimizer": torch.optim.SGD(net.parameters(), lr=0.1)})
+    >>> sorted(to_save)
+    ['net', 'optimizer', 'rng', 'trainer', 'trainer_metrics']
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = trainer.add_event_handler(Events.ITERATION_COMPLETED(every=2), Checkpoint(to_save, AtomicDiskSaver(folder)))
+    >>> _ = trainer.run(range(5), max_epochs=1)
+    >>> latest_checkpoint(folder).name
+    'checkpoint_4.pt'
+    >>> restore(to_save, latest_checkpoint(folder))
+    >>> trainer.state.iteration
+    4
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import zipfile
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+import numpy as np
+import torch
+from ignite.engine import Engine
+from ignite.handlers import Checkpoint, DiskSaver
+
+__all__ = [
+    "AtomicDiskSaver",
+    "CheckpointError",
+    "EngineMetrics",
+    "INFERENCE_FORMAT",
+    "InferenceState",
+    "RNGState",
+    "attached_objects",
+    "check_weights_only",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "load_inference",
+    "remove_partial_files",
+    "restore",
+    "training_state",
+]
+
+#: ``format`` entry of an inference checkpoint.
+INFERENCE_FORMAT = "engine_rl.inference/1"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be written or read; the message names the file and the problem."""
+
+
+# -- stateful pieces ---------------------------------------------------------------------------
+class RNGState:
+    """The global random generators as a stateful object: torch (CPU, and CUDA when
+    initialized), numpy's legacy global generator and python's ``random``.
+
+    Examples:
+        >>> rng = RNGState()
+        >>> state = rng.state_dict()
+        >>> a = (torch.rand(1), np.random.rand(), random.random())
+        >>> rng.load_state_dict(state)
+        >>> (torch.rand(1), np.random.rand(), random.random()) == a
+        True
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        np_state = np.random.get_state(legacy=False)
+        version, py_state, gauss = random.getstate()
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+        return {
+            "torch": torch.get_rng_state(),
+            "cuda": list(cuda),
+            "numpy": {
+                "bit_generator": np_state["bit_generator"],
+                "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
+                "pos": int(np_state["state"]["pos"]),
+                "has_gauss": int(np_state["has_gauss"]),
+                "gauss": float(np_state["gauss"]),
+            },
+            "python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64), "gauss_next": gauss},
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        torch.set_rng_state(state_dict["torch"].cpu())
+        cuda = state_dict.get("cuda") or []
+        if cuda and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
+        n = state_dict["numpy"]
+        np.random.set_state({
+            "bit_generator": n["bit_generator"],
+            "state": {"key": n["key"].numpy().astype(np.uint32), "pos": int(n["pos"])},
+            "has_gauss": int(n["has_gauss"]),
+            "gauss": float(n["gauss"]),
+        })
+        p = state_dict["python"]
+        random.setstate((int(p["version"]), tuple(int(v) for v in p["state"].tolist()), p["gauss_next"]))
+
+
+class EngineMetrics:
+    """An engine's ``state.metrics`` as a stateful object (numbers, strings, tensors; other
+    values are left out), so a resumed run starts with the metrics the checkpoint had."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def state_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, value in self.engine.state.metrics.items():
+            if type(value) in (int, float, bool, str):
+                out[str(name)] = value
+            elif isinstance(value, torch.Tensor):
+                out[str(name)] = value.detach().cpu().clone()
+        return out
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.engine.state.metrics.update(state_dict)
+
+
+def _has_state(obj: Any) -> bool:
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
+def attached_objects(engine: Engine) -> list[Any]:
+    """The distinct objects behind ``engine``'s event handlers, in the order they were attached.
+
+    A handler that is a bound method counts as its object; filtered handlers are unwrapped.
+    Engines themselves are left out.
+    """
+    found: dict[int, Any] = {}
+    for handlers in engine._event_handlers.values():
+        for handler, _, _ in handlers:
+            while hasattr(handler, "__wrapped__"):
+                handler = handler.__wrapped__
+            obj = getattr(handler, "__self__", handler)
+            if not isinstance(obj, Engine):
+                found.setdefault(id(obj), obj)
+    return list(found.values())
+
+
+def training_state(
+    trainer: Engine,
+    objects: Mapping[str, Any] | None = None,
+    /,
+    *,
+    evaluators: Iterable[Engine] = (),
+    handlers: bool = True,
+    rng: bool = True,
+    metrics: bool = True,
+) -> dict[str, Any]:
+    """The ``to_save`` mapping of a complete, resumable checkpoint of ``trainer``'s run.
+
+    Args:
+        trainer: the trainer (saved as ``"trainer"``: iteration, epoch length, RL counters).
+        objects: what else to save by name: models, target nets, optimizers, LR schedulers,
+            replay buffer, collector, normalizers... (each needs ``state_dict`` and
+            ``load_state_dict``). A recipe's ``Setup.to_save`` fits as is.
+        evaluators: engines whose stateful handlers are saved too (``EarlyStopping``, a best-score
+            ``Checkpoint``). Evaluators of the trainer's handlers (``ValidationRollout.evaluator``)
+            are included without being named.
+        handlers: add the stateful objects attached to the trainer and the evaluators, as
+            ``"trainer.ClassName"`` / ``"evaluator.ClassName"`` (``_2``, ``_3`` for repeats),
+            unless already in ``objects``.
+        rng: add ``"rng"``: :class:`RNGState`.
+        metrics: add ``"trainer_metrics"``: :class:`EngineMetrics` of the trainer.
+
+    Returns:
+        A dict for ``ignite.handlers.Checkpoint(to_save, ...)`` and :func:`restore`. Build it
+        after attaching the handlers it should find, and give it to a new ``Checkpoint`` (which
+        is attached after, so it does not save itself).
+
+    Raises:
+        TypeError: naming the entry that has no ``state_dict``/``load_state_dict``.
+    """
+    if not isinstance(trainer, Engine):
+        raise TypeError(f"training_state: argument trainer must be an ignite Engine, got {type(trainer).__name__}")
+    to_save: dict[str, Any] = {"trainer": trainer}
+    for key, obj in (objects or {}).items():
+        if key == "trainer" and obj is not trainer:
+            raise ValueError("training_state: objects['trainer'] is not the trainer given as first argument")
+        if not _has_state(obj):
+            raise TypeError(
+                f"training_state: object {key!r} ({type(obj).__name__}) has no state_dict/load_state_dict, "
+                "so it cannot be checkpointed"
+            )
+        to_save[key] = obj
+    if rng:
+        to_save.setdefault("rng", RNGState())
+    if metrics:
+        to_save.setdefault("trainer_metrics", EngineMetrics(trainer))
+    if handlers:
+        saved = {id(obj) for obj in to_save.values()}
+        engines: list[tuple[str, Engine]] = [("trainer", trainer)]
+        evaluators = list(evaluators)
+        for obj in attached_objects(trainer):  # e.g. ValidationRollout.evaluator
+            ev = getattr(obj, "evaluator", None)
+            if isinstance(ev, Engine):
+                evaluators.append(ev)
+        seen_engines = {id(trainer)}
+        for ev in evaluators:
+            if id(ev) not in seen_engines:
+                seen_engines.add(id(ev))
+                engines.append(("evaluator" if len(engines) == 1 else f"evaluator{len(engines)}", ev))
+        for engine_name, engine in engines:
+            for obj in attached_objects(engine):
+                if id(obj) in saved or not _has_state(obj):
+                    continue
+                saved.add(id(obj))
+                base = f"{engine_name}.{type(obj).__name__}"
+                key, n = base, 1
+                while key in to_save:
+                    n += 1
+                    key = f"{base}_{n}"
+                to_save[key] = obj
+    return to_save
+
+
+# -- writing -------------------------------------------------------------------------------------
+_PLAIN = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device, torch.Size, complex)
+_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def check_weights_only(obj: Any, *, where: str = "checkpoint") -> None:
+    """Raise :class:`CheckpointError` if ``obj`` holds anything ``torch.load(weights_only=True)``
+    refuses: only tensors, numbers, strings, ``None`` and plain dicts/lists/tuples pass.
+
+    Examples:
+        >>> check_weights_only({"w": torch.zeros(2), "steps": [1, 2.0, "x", None]})
+        >>> check_weights_only({"opt": {"lr": np.float64(0.1)}})
+        Traceback (most recent call last):
+        ...
+        engine_rl.checkpoint.CheckpointError: checkpoint: ['opt']['lr'] is a numpy.float64, which torch.load(weights_only=True) refuses; state_dicts must hold only tensors, numbers, strings and plain dicts/lists/tuples
+    """
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        path, value = stack.pop()
+        kind = type(value)
+        if kind in _PLAIN or kind in _TENSORS:
+            continue
+        if kind in (dict, OrderedDict):
+            stack.extend((f"{path}[{k!r}]", v) for k, v in value.items())
+            bad = [k for k in value if type(k) not in (str, int, float, bool, tuple)]
+            if not bad:
+                continue
+            value, path = bad[0], f"{path} key {bad[0]!r}"
+        elif kind in (list, tuple):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(value))
+            continue
+        name = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
+        raise CheckpointError(
+            f"{where}: {path or 'the object'} is a {name}, which torch.load(weights_only=True) refuses; "
+            "state_dicts must hold only tensors, numbers, strings and plain dicts/lists/tuples"
+        )
+
+
+class AtomicDiskSaver(DiskSaver):
+    """Ignite's ``DiskSaver``, writing each checkpoint to ``.NAME.partial`` in the same folder,
+    then ``fsync`` and an atomic rename; checked with :func:`check_weights_only` first.
+
+    A process killed mid-write leaves the previous checkpoints untouched and at most a
+    ``.*.partial`` file, which :func:`latest_checkpoint` ignores (and :func:`remove_partial_files`
+    deletes). The folder is created if needed and may hold files already.
+
+    Args:
+        dirname: the folder.
+        require_empty: refuse a folder that already holds ``.pt`` files.
+    """
+
+    def __init__(self, dirname: str | Path, *, require_empty: bool = False) -> None:
+        super().__init__(str(dirname), atomic=True, create_dir=True, require_empty=require_empty)
+
+    def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
+        if self.save_on_rank != idist.get_rank():
+            return
+        path = Path(self.dirname) / filename
+        check_weights_only(checkpoint, where=f"checkpoint {path}")
+        tmp = path.with_name(f".{filename}.partial")
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        try:  # make the rename itself durable
+            fd = os.open(self.dirname, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+def remove_partial_files(folder: str | Path) -> list[Path]:
+    """Delete the ``.*.partial`` files an interrupted :class:`AtomicDiskSaver` left; return them."""
+    folder = Path(folder)
+    removed = sorted(folder.glob(".*.partial")) if folder.is_dir() else []
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
+
+# -- reading -------------------------------------------------------------------------------------
+def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint with ``torch.load(..., weights_only=True)``, checking it first.
+
+    Raises:
+        CheckpointError: naming the file and the problem: missing, empty, truncated (or not a
+            ``torch.save`` zip archive), corrupt (a member fails its CRC-32 check), holding
+            objects ``weights_only`` refuses, or not a dict.
+
+    Examples:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "ck.pt"
+        >>> torch.save({"w": torch.ones(3)}, path)
+        >>> load_checkpoint(path)["w"].tolist()
+        [1.0, 1.0, 1.0]
+        >>> _ = path.write_bytes(path.read_bytes()[:100])
+        >>> load_checkpoint(path)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        engine_rl.checkpoint.CheckpointError: checkpoint .../ck.pt: truncated or not a checkpoint (not a complete torch.save zip archive: File is not a zip file); ...
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path}: no such file")
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"checkpoint {path}: empty file (0 bytes); it was cut off before anything was written")
+    advice = "use an earlier checkpoint (the folder keeps the last few) or delete this one"
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        raise CheckpointError(
+            f"checkpoint {path}: truncated or not a checkpoint (not a complete torch.save zip archive: {err}); "
+            f"{size} bytes; {advice}"
+        ) from err
+    if bad is not None:
+        raise CheckpointError(f"checkpoint {path}: corrupt: member {bad!r} fails its CRC-32 check; {advice}")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # noqa: BLE001 -- every failure becomes one clear error
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "weights only" in str(err).lower() or "weights_only" in str(err):
+            detail = [line for line in str(err).splitlines() if "GLOBAL" in line or "Unsupported" in line]
+            raise CheckpointError(
+                f"checkpoint {path}: holds objects that torch.load(weights_only=True) refuses to unpickle "
+                f"({(detail or [first])[0].strip()}); engine_rl checkpoints hold only tensors, numbers, strings and "
+                "plain containers, so this file was not written by engine_rl or is corrupt"
+            ) from err
+        raise CheckpointError(f"checkpoint {path}: cannot be read ({type(err).__name__}: {first}); {advice}") from err
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"checkpoint {path}: holds a {type(state).__name__}, expected a dict of state_dicts")
+    return dict(state)
+
+
+def restore(to_load: Mapping[str, Any], checkpoint: str | Path | Mapping[str, Any], *, strict: bool = True) -> None:
+    """Load a checkpoint (a path, read with :func:`load_checkpoint`, or a loaded dict) into objects.
+
+    Each entry goes through Ignite's ``Checkpoint.load_objects``; a failure names the file, the
+    entry and the object.
+
+    Args:
+        to_load: the mapping the checkpoint was saved from (e.g. :func:`training_state`'s).
+        checkpoint: path or dict.
+        strict: also fail if the checkpoint holds entries ``to_load`` has no object for (a
+            different recipe or config).
+
+    Raises:
+        CheckpointError: see :func:`load_checkpoint`; or an entry missing, unexpected or not fitting.
+    """
+    where = f"checkpoint {checkpoint}" if isinstance(checkpoint, (str, Path)) else "checkpoint"
+    state = load_checkpoint(checkpoint) if isinstance(checkpoint, (str, Path)) else checkpoint
+    missing = [k for k in to_load if k not in state]
+    extra = [k for k in state if k not in to_load]
+    if missing or (strict and extra):
+        raise CheckpointError(
+            f"{where}: entries do not match this setup: missing {missing}, unexpected {extra if strict else []} "
+            f"(it holds {sorted(state)}); was it written by a different recipe, config or set of handlers?"
+        )
+    for key, obj in to_load.items():
+        try:
+            Checkpoint.load_objects({key: obj}, {key: state[key]})
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointError(
+                f"{where}: entry {key!r} does not load into {type(obj).__name__}: {type(err).__name__}: {err}"
+            ) from err
+
+
+_STEP = re.compile(r"^(?P<prefix>.+)_(?P<step>\d+)\.pt$")
+
+
+def list_checkpoints(folder: str | Path, *, prefix: str = "checkpoint") -> list[Path]:
+    """``{prefix}_<step>.pt`` files of ``folder``, oldest step first (partial files ignored)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        match = _STEP.match(path.name)
+        if match and match["prefix"] == prefix and path.is_file():
+            found.append((int(match["step"]), path))
+    return [path for _, path in sorted(found)]
+
+
+def latest_checkpoint(folder: str | Path, *, prefix: str = "checkpoint") -> Path | None:
+    """The ``{prefix}_<step>.pt`` file with the highest step in ``folder`` (``None`` if none)."""
+    found = list_checkpoints(folder, prefix=prefix)
+    return found[-1] if found else None
+
+
+# -- inference -----------------------------------------------------------------------------------
+class InferenceState:
+    """What an inference checkpoint holds, as a stateful object for ``Checkpoint``: the policy's
+    weights (with any normalizer it contains), an optional separate normalizer, and the recipe
+    name and config that rebuild the policy (plain values only).
+
+    ``Checkpoint({"policy": InferenceState(...)}, ...)`` writes its ``state_dict`` as the file's
+    whole content (Ignite unwraps a single entry); :func:`load_inference` reads it back.
+    """
+
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        *,
+        normalizer: Any = None,
+        recipe: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.normalizer = normalizer
+        self.recipe = recipe
+        self.config = dict(config or {})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": INFERENCE_FORMAT,
+            "recipe": self.recipe,
+            "config": self.config,
+            "policy": self.policy.state_dict(),
+            "normalizer": None if self.normalizer is None else self.normalizer.state_dict(),
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.policy.load_state_dict(state_dict["policy"])
+        if self.normalizer is not None and state_dict.get("normalizer") is not None:
+            self.normalizer.load_state_dict(state_dict["normalizer"])
+
+
+def load_inference(path: str | Path) -> dict[str, Any]:
+    """Read an inference checkpoint (``{"format", "recipe", "config", "policy", "normalizer"}``).
+
+    Raises:
+        CheckpointError: see :func:`load_checkpoint`; or the file is not an inference checkpoint.
+    """
+    state = load_checkpoint(path)
+    if state.get("format") != INFERENCE_FORMAT:
+        kind = "a full training checkpoint" if "trainer" in state else "not an inference checkpoint"
+        raise CheckpointError(
+            f"checkpoint {path}: is {kind} (entries {sorted(state)[:8]}); expected format {INFERENCE_FORMAT!r}: "
+            "use RUN/inference.pt or a file of RUN/best/"
+        )
+    return state

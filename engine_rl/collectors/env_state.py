@@ -1,0 +1,226 @@
+"""Capture and restore the state of gymnasium vector envs, so a collector resumes mid-episode.
+
+Gymnasium envs keep their state in plain attributes: CartPole's numpy-vectorized env holds
+``state``, ``steps``, ``prev_done`` and ``np_random``; a ``SyncVectorEnv`` holds one env per copy,
+each behind wrappers (``TimeLimit._elapsed_steps``, ``OrderEnforcing._has_reset``, ...), plus
+its own autoreset flags. :func:`get_env_state` walks the vector env, its wrappers and (for
+``SyncVectorEnv``) every sub-env and wrapper layer, and records each attribute it can encode:
+
+- ``None``, bools, ints, floats, strings, and lists/tuples of encodable values;
+- numpy arrays and scalars (raw bytes + dtype + shape, so they come back bit for bit);
+- ``numpy.random.Generator`` (its bit generator's state: a dict of ints and strings);
+- torch tensors (copied);
+- gymnasium spaces: only their random generator (``Space.sample`` draws).
+
+Everything else (sub-envs, specs, render objects, dicts, deques) is skipped. The result holds
+only tensors, numbers, strings and plain containers, so ``torch.load(..., weights_only=True)``
+reads it. :func:`set_env_state` writes the attributes back (arrays in place when they match).
+
+Limits: ``AsyncVectorEnv`` runs its envs in subprocesses and is not supported
+(:class:`UnsupportedEnvState`); envs whose state lives in other objects (a physics engine's
+native data, a ``random.Random``, a deque of frames) are not restored exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium.spaces import Space
+
+__all__ = ["UnsupportedEnvState", "get_env_state", "set_env_state"]
+
+#: Attributes never recorded: links to other layers, configuration objects, render handles.
+_SKIP = frozenset({"env", "envs", "env_fns", "spec", "metadata", "_saved_kwargs", "_cached_spec", "unwrapped"})
+
+
+class UnsupportedEnvState(TypeError):
+    """The env's state cannot be captured (e.g. an ``AsyncVectorEnv``)."""
+
+
+class _Skip(Exception):
+    pass
+
+
+def _encode(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+        if array.dtype.hasobject:
+            raise _Skip
+        raw = torch.from_numpy(np.frombuffer(np.ascontiguousarray(array).tobytes(), dtype=np.uint8).copy())
+        return {"__ndarray__": raw, "dtype": array.dtype.str, "shape": list(array.shape),
+                "scalar": isinstance(value, np.generic)}
+    if isinstance(value, np.random.Generator):
+        return {"__generator__": value.bit_generator.state}
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, Space):
+        rng = value._np_random  # None until seeded or sampled
+        return {"__space__": None if rng is None else rng.bit_generator.state}
+    if isinstance(value, (list, tuple)):
+        items = [_encode(v) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    raise _Skip
+
+
+def _generator(state: dict[str, Any], current: Any = None) -> np.random.Generator:
+    if not isinstance(current, np.random.Generator) or current.bit_generator.state["bit_generator"] != state["bit_generator"]:
+        current = np.random.Generator(getattr(np.random, state["bit_generator"])())
+    current.bit_generator.state = state
+    return current
+
+
+def _decode(value: Any, current: Any = None) -> Any:
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            array = np.frombuffer(value["__ndarray__"].numpy().tobytes(), dtype=np.dtype(value["dtype"]))
+            array = array.reshape(value["shape"])
+            if value.get("scalar"):
+                return array[()]
+            if (
+                isinstance(current, np.ndarray)
+                and current.shape == array.shape
+                and current.dtype == array.dtype
+                and current.flags.writeable
+            ):
+                current[...] = array  # keep arrays the env may hold references to
+                return current
+            return array.copy()
+        if "__generator__" in value:
+            return _generator(value["__generator__"], current)
+        if "__space__" in value:
+            if isinstance(current, Space):
+                state = value["__space__"]
+                current._np_random = None if state is None else _generator(state, current._np_random)
+            return current
+        raise ValueError(f"set_env_state: unknown encoded value with keys {sorted(value)}")
+    if isinstance(value, (list, tuple)):
+        cur = list(current) if isinstance(current, (list, tuple)) and len(current) == len(value) else [None] * len(value)
+        items = [_decode(v, c) for v, c in zip(value, cur)]
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, torch.Tensor):
+        if isinstance(current, torch.Tensor) and current.shape == value.shape and current.dtype == value.dtype:
+            current.copy_(value)
+            return current
+        return value.clone()
+    return value
+
+
+def _layer_state(obj: Any) -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    for name, value in vars(obj).items():
+        if name in _SKIP:
+            continue
+        try:
+            attrs[name] = _encode(value)
+        except _Skip:
+            continue
+    return {"class": type(obj).__qualname__, "attrs": attrs}
+
+
+def _set_layer(obj: Any, state: dict[str, Any], where: str) -> None:
+    if type(obj).__qualname__ != state["class"]:
+        raise ValueError(
+            f"set_env_state: {where} is a {type(obj).__qualname__}, but the state was saved from a {state['class']}"
+        )
+    for name, value in state["attrs"].items():
+        current = getattr(obj, name, None) if name in vars(obj) else None
+        decoded = _decode(value, current)
+        if decoded is not current:
+            setattr(obj, name, decoded)
+
+
+def _chain(env: Any) -> Iterator[Any]:
+    """The env and the layers it wraps (``.env`` links), outermost first."""
+    seen = set()
+    while env is not None and id(env) not in seen:
+        seen.add(id(env))
+        yield env
+        env = vars(env).get("env")
+
+
+def _sub_envs(vector_env: Any) -> list[Any] | None:
+    envs = vars(vector_env).get("envs")
+    return list(envs) if isinstance(envs, (list, tuple)) else None
+
+
+def get_env_state(env: Any) -> dict[str, Any]:
+    """Record the state of a gymnasium vector env (see the module docstring).
+
+    Args:
+        env: a ``gymnasium.vector.VectorEnv`` (numpy-vectorized or ``SyncVectorEnv``, possibly
+            wrapped).
+
+    Returns:
+        ``{"vector": [layer, ...], "envs": [[layer, ...] per copy] or None}``, each layer
+        ``{"class": name, "attrs": {...}}``; only tensors, numbers, strings and containers.
+
+    Raises:
+        UnsupportedEnvState: for ``AsyncVectorEnv`` (its envs live in other processes).
+
+    Examples:
+        >>> from engine_rl.collectors import make_vec_env
+        >>> env = make_vec_env("CartPole-v1", 2)
+        >>> _ = env.reset(seed=0)
+        >>> state = get_env_state(env)
+        >>> first = env.step(np.array([0, 1]))[0]
+        >>> _ = env.step(np.array([1, 1]))
+        >>> set_env_state(env, state)
+        >>> bool((env.step(np.array([0, 1]))[0] == first).all())
+        True
+    """
+    layers = list(_chain(env))
+    base = layers[-1]
+    if hasattr(base, "parent_pipes"):
+        raise UnsupportedEnvState(
+            f"get_env_state: {type(base).__name__} runs its envs in subprocesses; their state cannot be captured "
+            "(use vectorization 'sync' or 'vector_entry_point' for exact resume)"
+        )
+    subs = _sub_envs(base)
+    return {
+        "vector": [_layer_state(layer) for layer in layers],
+        "envs": None if subs is None else [[_layer_state(layer) for layer in _chain(sub)] for sub in subs],
+    }
+
+
+def set_env_state(env: Any, state: dict[str, Any]) -> None:
+    """Restore what :func:`get_env_state` recorded into an env built the same way.
+
+    Raises:
+        ValueError: naming the layer or env copy whose class or count differs from the saved one.
+    """
+    layers = list(_chain(env))
+    saved = state["vector"]
+    if len(layers) != len(saved):
+        raise ValueError(
+            f"set_env_state: the env has {len(layers)} layers ({[type(x).__qualname__ for x in layers]}), "
+            f"the state was saved from {len(saved)} ({[s['class'] for s in saved]})"
+        )
+    for i, (layer, layer_state) in enumerate(zip(layers, saved)):
+        if type(layer).__qualname__ != layer_state["class"]:
+            raise ValueError(
+                f"set_env_state: vector env layer {i} is a {type(layer).__qualname__}, but the state was saved "
+                f"from a {layer_state['class']}"
+            )
+    subs = _sub_envs(layers[-1])
+    saved_subs = state.get("envs")
+    if (subs is None) != (saved_subs is None) or (subs is not None and len(subs) != len(saved_subs)):
+        n_now = None if subs is None else len(subs)
+        n_saved = None if saved_subs is None else len(saved_subs)
+        raise ValueError(f"set_env_state: the env has {n_now} sub-envs, the state was saved from {n_saved}")
+    for i, (layer, layer_state) in enumerate(zip(layers, saved)):
+        _set_layer(layer, layer_state, f"vector env layer {i}")
+    if subs is not None:
+        for i, (sub, sub_state) in enumerate(zip(subs, saved_subs)):
+            chain = list(_chain(sub))
+            if len(chain) != len(sub_state):
+                raise ValueError(
+                    f"set_env_state: env copy {i} has {len(chain)} wrapper layers, the state was saved from "
+                    f"{len(sub_state)}"
+                )
+            for j, (layer, layer_state) in enumerate(zip(chain, sub_state)):
+                _set_layer(layer, layer_state, f"env copy {i} layer {j}")

@@ -1,0 +1,79 @@
+"""``engine-rl eval CHECKPOINT``: evaluate an inference checkpoint and print the metrics as JSON.
+
+An inference checkpoint (``RUN/inference.pt``, ``RUN/best/*.pt``; a run folder means its
+``inference.pt``) holds the evaluation policy's weights, any normalizer, and the recipe and
+config that rebuild the policy. The recipe is built with that config, the weights are loaded
+into its evaluation policy, and its own evaluator runs (the same env copies as the run's
+evaluations), so with the run's ``eval_seed`` and ``eval_episodes`` (the defaults) the scores
+are those of an evaluation during training with that policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine_rl.checkpoint import CheckpointError, InferenceState, attached_objects, load_inference
+from engine_rl.collectors import make_vec_env
+from engine_rl.evaluation import create_evaluator
+from engine_rl.recipes import get_recipe
+from engine_rl.recipes.runner import make_config
+from handlers.validation import ValidationRollout
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    e = sub.add_parser("eval", help="evaluate an inference checkpoint; print return/length metrics as JSON")
+    e.add_argument("checkpoint", help="inference checkpoint (RUN/inference.pt, RUN/best/*.pt) or a run folder")
+    e.add_argument("--episodes", type=int, default=None, help="episodes (default: the run's eval_episodes)")
+    e.add_argument("--seed", type=int, default=None, help="evaluation env seed (default: the run's eval_seed)")
+
+
+def evaluate_checkpoint(path: str | Path, *, episodes: int | None = None, seed: int | None = None) -> dict:
+    """Rebuild the policy of an inference checkpoint and evaluate it; return the metrics."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "inference.pt"
+    state = load_inference(path)
+    recipe = get_recipe(state["recipe"])
+    config = make_config(recipe.name, {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()})
+    setup = recipe.build(config)
+    try:
+        try:
+            InferenceState(setup.eval_policy, normalizer=getattr(setup, "normalizer", None)).load_state_dict(state)
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointError(f"checkpoint {path}: the policy does not load into recipe {recipe.name!r}: {err}") from err
+        validation = next((o for o in attached_objects(setup.trainer) if isinstance(o, ValidationRollout)), None)
+        if validation is not None:
+            evaluator = validation.evaluator
+        else:
+            n = episodes or getattr(config, "eval_episodes", 10)
+            env = make_vec_env(config.env_id, min(n, 16))
+            setup.closers.append(env.close)
+            evaluator = create_evaluator(env, setup.eval_policy, num_episodes=n, seed=getattr(config, "eval_seed", 0))
+        if episodes is not None:
+            evaluator.num_episodes = episodes
+        if seed is not None:
+            evaluator.seed = seed
+        metrics = dict(evaluator.run().metrics)
+        return {
+            "checkpoint": str(path), "recipe": recipe.name, "episodes": evaluator.num_episodes,
+            "seed": evaluator.seed, **metrics,
+        }
+    finally:
+        setup.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        for name in ("episodes", "seed"):
+            value = getattr(args, name)
+            if value is not None and value < (1 if name == "episodes" else 0):
+                raise ValueError(f"--{name} must be {'>= 1' if name == 'episodes' else '>= 0'}, got {value}")
+        result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, seed=args.seed)
+    except (ValueError, CheckpointError) as err:
+        print(f"engine-rl: error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) else 1
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,143 @@
+"""Exact resume: 2N batches straight == N batches, checkpoint, a new process, load, N more (bitwise, CPU).
+
+Seeds: dqn-cartpole seed 1, ppo-cartpole seed 2 (fixed in the arguments below).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engine_rl.cli import main
+from engine_rl.recipes import RECIPES
+
+#: Metrics that measure time, not training: they differ between any two runs.
+TIMING = {"fps", "optim_steps_per_s", "time"}
+
+ARGS = {
+    # prioritized replay, a buffer that wraps around, lr schedule, evaluations, best checkpoint
+    "dqn-cartpole": ["--frames", "4096", "--seed", "1", "--set", "learning_starts=512", "--set", "optim_steps_per_batch=16",
+                     "--set", "hidden=(32,32)", "--set", "buffer_size=2048", "--set", "prioritized=true",
+                     "--set", "eval_every=4", "--set", "eval_episodes=3", "--set", "num_envs=4", "--checkpoint-every", "4"],
+    # observation and reward normalization, minibatches, schedules
+    "ppo-cartpole": ["--frames", "1024", "--seed", "2", "--set", "eval_every=2", "--set", "eval_episodes=2",
+                     "--set", "num_epochs=4", "--set", "batch_size=64", "--set", "normalize_observations=true",
+                     "--set", "normalize_rewards=true", "--checkpoint-every", "1"],
+}
+HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512}
+
+
+def differences(a, b, path=""):
+    """Paths where two checkpoint trees differ (tensors bitwise, dtype included; timing metrics skipped)."""
+    if isinstance(a, torch.Tensor):
+        same = isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+        return [] if same else [path]
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or set(a) != set(b):
+            return [f"{path}: keys differ"]
+        return [d for k in a if k not in TIMING for d in differences(a[k], b[k], f"{path}[{k!r}]")]
+    if isinstance(a, (list, tuple)):
+        if not isinstance(b, (list, tuple)) or len(a) != len(b):
+            return [f"{path}: lengths differ"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b or (a != a and b != b) else [f"{path}: {a!r} != {b!r}"]
+
+
+def log(path):
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in path.read_text().splitlines()]
+
+
+def train_cli(recipe, out, *extra, capsys=None):
+    assert main(["train", recipe, "--out", str(out), "--no-progress", *extra]) == 0
+    if capsys is not None:
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    return None
+
+
+@pytest.mark.parametrize("recipe", ["dqn-cartpole", "ppo-cartpole"])
+def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(recipe, tmp_path, capsys):
+    if recipe not in RECIPES:
+        pytest.skip(f"recipe {recipe} is not registered yet")
+    args, half = ARGS[recipe], HALF[recipe]
+    straight = train_cli(recipe, tmp_path / "straight", *args, capsys=capsys)
+
+    paused = train_cli(recipe, tmp_path / "split", *args, "--until-frames", str(half), capsys=capsys)
+    assert paused["paused"] and paused["frames"] == half
+    assert paused["checkpoint"].endswith(f"checkpoint_{half}.pt")
+    res = subprocess.run(  # a new process loads the checkpoint and trains the second half
+        [sys.executable, "-m", "engine_rl", "train", recipe, "--out", str(tmp_path / "split"), "--resume",
+         "--no-progress", *args[args.index("--checkpoint-every"):]],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    resumed = json.loads(res.stdout.strip().splitlines()[-1])
+    assert resumed["resumed_from"].endswith(f"checkpoint_{half}.pt") and not resumed["paused"]
+
+    final = f"checkpoint_{straight['frames']}.pt"
+    a = torch.load(tmp_path / "straight" / "checkpoints" / final, weights_only=True)
+    b = torch.load(tmp_path / "split" / "checkpoints" / final, weights_only=True)
+    # parameters, target nets, optimizer, replay rows and priorities, collector and env state, RNGs,
+    # counters, handler states, evaluator bests and trainer metrics: all identical
+    assert {"trainer", "optimizer", "collector", "rng", "trainer_metrics", "evaluator.Checkpoint"} <= set(a)
+    assert differences(a, b) == []
+    assert a["trainer"]["frames"] == straight["frames"] and a["trainer"]["optim_steps"] == straight["optim_steps"]
+    assert log(tmp_path / "straight" / "metrics.jsonl") == log(tmp_path / "split" / "metrics.jsonl")
+    assert {k: v for k, v in straight.items() if k.startswith("eval_")} == {
+        k: v for k, v in resumed.items() if k.startswith("eval_")}
+    if recipe == "dqn-cartpole":
+        assert a["replay"]["storage"]["size"] == 2048 and a["replay"]["sampler"]["priorities"].dtype == torch.float64
+
+
+def test_eval_command_reports_the_last_evaluation_of_the_run(tmp_path, capsys):
+    summary = train_cli("dqn-cartpole", tmp_path, *ARGS["dqn-cartpole"], capsys=capsys)
+    assert main(["eval", str(tmp_path / "inference.pt")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["return_mean"] == summary["eval_return_mean"]  # same policy, same eval seed and episodes
+    assert (result["episodes"], result["seed"], result["recipe"]) == (3, 10_000, "dqn-cartpole")
+    assert result["return_std"] == summary["eval_return_std"]
+
+    # the best checkpoint holds the best-scoring policy: evaluating it gives its recorded score
+    best = summary["best_checkpoint"]
+    assert main(["eval", best]) == 0
+    score = float(best.rsplit("=", 1)[1].removesuffix(".pt"))
+    assert json.loads(capsys.readouterr().out)["return_mean"] == pytest.approx(score, abs=1e-4)
+    evals = [r["eval_return_mean"] for r in log(tmp_path / "metrics.jsonl") if r["kind"] == "eval"]
+    assert score == pytest.approx(max(evals), abs=1e-4)
+
+    assert main(["eval", str(tmp_path), "--episodes", "4", "--seed", "7"]) == 0  # a run folder: its inference.pt
+    other = json.loads(capsys.readouterr().out)
+    assert (other["episodes"], other["seed"]) == (4, 7)
+
+    assert main(["eval", summary["checkpoint"]]) == 1
+    assert "is a full training checkpoint" in capsys.readouterr().err
+
+
+def test_resume_refuses_a_changed_config_and_a_fresh_run_refuses_a_used_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    train_cli("dqn-cartpole", out, "--frames", "512", "--set", "learning_starts=256", "--set", "optim_steps_per_batch=2",
+              "--set", "eval_episodes=1", "--set", "hidden=(8,)")
+    capsys.readouterr()
+    assert main(["train", "dqn-cartpole", "--out", str(out), "--resume", "--frames", "1024"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume: the config differs from" in err and "total_frames (512 -> 1024)" in err
+    assert main(["train", "dqn-cartpole", "--out", str(out), "--frames", "512", "--set", "learning_starts=256"]) == 2
+    assert "already holds checkpoints of a run (checkpoint_512.pt); continue it with --resume" in capsys.readouterr().err
+    assert main(["train", "dqn-cartpole", "--out", str(tmp_path / "none"), "--resume"]) == 2
+    assert "holds no run to resume (no config.json)" in capsys.readouterr().err
+    # resuming a finished run does no more work and reports the same
+    assert main(["train", "dqn-cartpole", "--out", str(out), "--resume", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["frames"] == 512
+
+
+def test_patience_stops_the_run_early_and_a_resumed_run_stays_stopped(tmp_path, capsys):
+    args = ["--frames", "4096", "--seed", "1", "--set", "learning_starts=512", "--set", "optim_steps_per_batch=16",
+            "--set", "hidden=(32,32)", "--set", "eval_every=1", "--set", "eval_episodes=2", "--set", "num_envs=4",
+            "--patience", "2"]
+    summary = train_cli("dqn-cartpole", tmp_path, *args, capsys=capsys)
+    evals = [r["eval_return_mean"] for r in log(tmp_path / "metrics.jsonl") if r["kind"] == "eval"]
+    assert summary["stopped_early"] and summary["frames"] < 4096
+    assert len(evals) >= 3 and max(evals[-2:]) <= max(evals[:-2])  # two evaluations without improvement
+    again = train_cli("dqn-cartpole", tmp_path, "--resume", "--patience", "2", capsys=capsys)
+    assert again["stopped_early"] and again["frames"] == summary["frames"]
