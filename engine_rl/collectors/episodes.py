@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from engine_rl.collectors.gym import GymStepper, Policy
+from engine_rl.collectors.stepper import GymStepper, Policy
 
 __all__ = ["run_episodes"]
 

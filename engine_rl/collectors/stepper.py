@@ -1,0 +1,437 @@
+"""The one place where a policy meets a gymnasium vector env: :class:`GymStepper`.
+
+It runs one vector step (policy call, ``env.step``, autoreset and episode bookkeeping) and
+writes it into a row of preallocated, time-major staging tensors. :class:`~engine_rl.collectors.GymCollector`
+stacks those rows into batches and :func:`~engine_rl.collectors.run_episodes` reads the same
+steps to evaluate, so there is one rollout loop. See :mod:`engine_rl.collectors.gym` for the
+autoreset rules.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, set_env_state
+from engine_rl.collectors.envs import VecEnvSpec, vec_env_spec
+from engine_rl.keys import NestedKey, format_key, present_keys
+
+__all__ = ["EnvError", "GymStepper", "Policy", "policy_device"]
+
+#: A policy reads ``"observation"`` from a TensorDict of batch ``[num_envs]`` and writes
+#: ``"action"`` (and optionally more entries) into it, returning it (or ``None``).
+Policy = Callable[[TensorDictBase], TensorDictBase | None]
+
+_NEXT = "next"
+#: Staging entries filled from the env (numpy on the hot path), with their dtypes.
+_ENV_KEYS: dict[NestedKey, torch.dtype] = {
+    "observation": torch.float32,
+    (_NEXT, "observation"): torch.float32,
+    (_NEXT, "reward"): torch.float32,
+    (_NEXT, "terminated"): torch.bool,
+    (_NEXT, "truncated"): torch.bool,
+    (_NEXT, "done"): torch.bool,
+    (_NEXT, "episode_return"): torch.float32,
+    (_NEXT, "episode_length"): torch.int64,
+}
+_NUMPY_DTYPES = {
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.float32, torch.float64,
+}
+
+
+def _nest(flat: Mapping[NestedKey, Any]) -> dict[str, Any]:
+    """``{("next", "reward"): x, "action": y}`` -> ``{"next": {"reward": x}, "action": y}``."""
+    root: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = (key,) if isinstance(key, str) else key
+        node = root
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return root
+
+
+def _flatten(nested: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[NestedKey, Any]:
+    """Inverse of :func:`_nest` (one-part keys come back as strings)."""
+    flat: dict[NestedKey, Any] = {}
+    for name, value in nested.items():
+        key = (*prefix, name)
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, key))
+        else:
+            flat[key[0] if len(key) == 1 else key] = value
+    return flat
+
+
+class EnvError(RuntimeError):
+    """An env raised while a collector or an evaluation stepped or reset it.
+
+    The message names the component, the env copy (when it can be known: ``SyncVectorEnv`` and
+    ``AsyncVectorEnv`` step copies one by one; a numpy-batched env steps them all at once) and the
+    vector step; the env's own exception is the ``__cause__``.
+
+    Attributes:
+        env_index: the failing env copy, or ``None`` if unknown.
+        step: the vector step (1-based, counted by the stepper since it was built or restored).
+    """
+
+    def __init__(self, message: str, *, env_index: int | None, step: int) -> None:
+        super().__init__(message)
+        self.env_index = env_index
+        self.step = step
+
+
+def _failed_env_index(env: Any, err: BaseException) -> int | None:
+    """Which env copy raised: the loop index of ``SyncVectorEnv.step``/``reset`` in the traceback,
+    or the worker whose pipe ``AsyncVectorEnv`` closed after the error."""
+    from gymnasium.vector import SyncVectorEnv
+
+    index = None
+    tb = err.__traceback__
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        if isinstance(local.get("self"), SyncVectorEnv) and isinstance(local.get("i"), int):
+            index = local["i"]
+        tb = tb.tb_next
+    if index is None:
+        pipes = getattr(getattr(env, "unwrapped", env), "parent_pipes", None)
+        if isinstance(pipes, list):
+            closed = [i for i, pipe in enumerate(pipes) if pipe is None]
+            index = closed[0] if len(closed) == 1 else None
+    return index
+
+
+def policy_device(policy: Policy, device: torch.device | str | None = None) -> torch.device:
+    """The device a policy's inputs go to: ``device`` if given, else its first parameter's.
+
+    Examples:
+        >>> policy_device(nn.Linear(2, 1)), policy_device(lambda td: td, "cpu")
+        (device(type='cpu'), device(type='cpu'))
+    """
+    if device is not None:
+        return torch.device(device)
+    if isinstance(policy, nn.Module):
+        for tensor in itertools.chain(policy.parameters(), policy.buffers()):
+            return tensor.device
+    return torch.device("cpu")
+
+
+class GymStepper:
+    """Steps a gymnasium vector env with a TensorDict policy into time-major staging rows.
+
+    Each :meth:`step` writes one row ``[num_envs, ...]`` of every entry in :attr:`buffers`
+    (``"observation"``, the policy's outputs, ``("next", ...)``) and a row of :attr:`valid`
+    (False for next-step-autoreset reset steps, which are not transitions). Staging lives on
+    the CPU as torch tensors; :attr:`arrays` holds numpy views of the same memory, which the hot
+    path writes through (a numpy row write costs a fraction of a torch one). Call under
+    ``torch.no_grad()``.
+
+    Args:
+        env: a gymnasium vector env (see :func:`~engine_rl.collectors.envs.vec_env_spec`).
+        policy: see :data:`Policy`.
+        rows: staging capacity (rows); :meth:`grow` enlarges it.
+        device: the policy's device; ``None``: from its parameters (CPU if it has none).
+        owner: the component named in error messages.
+
+    Examples:
+        >>> from engine_rl.collectors import make_vec_env
+        >>> def left(td):
+        ...     return td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
+        >>> stepper = GymStepper(make_vec_env("CartPole-v1", num_envs=2), left, rows=3)
+        >>> stepper.reset(seed=0)
+        >>> for row in range(3):
+        ...     stepper.step(row)
+        >>> stepper.buffers["action"].shape, stepper.buffers[("next", "episode_length")][:, 0]
+        (torch.Size([3, 2]), tensor([1, 2, 3]))
+    """
+
+    def __init__(
+        self,
+        env: VectorEnv,
+        policy: Policy,
+        *,
+        rows: int = 1,
+        device: torch.device | str | None = None,
+        owner: str = "GymStepper",
+    ) -> None:
+        if not callable(policy):
+            raise TypeError(f"{owner}: policy must be callable, got {type(policy).__name__}")
+        self.owner = owner
+        self.spec: VecEnvSpec = vec_env_spec(env, owner=owner)
+        self.env = env
+        self.policy = policy
+        self.device = policy_device(policy, device)
+        n = self.spec.num_envs
+        self.next_step_autoreset = self.spec.autoreset_mode is AutoresetMode.NEXT_STEP
+        self._policy_obs = torch.zeros((n, *self.spec.observation_shape), device=self.device)
+        self._policy_obs_np = self._policy_obs.numpy() if self.device.type == "cpu" else None
+        self._step_td = TensorDict({"observation": self._policy_obs}, batch_size=[n])
+        #: Staging tensors ``[rows, num_envs, ...]`` by batch key (CPU).
+        self.buffers: dict[NestedKey, torch.Tensor] = {}
+        #: Numpy views of :attr:`buffers` (same memory).
+        self.arrays: dict[NestedKey, np.ndarray] = {}
+        #: Row validity ``[rows, num_envs]`` (a numpy bool array).
+        self.valid = np.zeros((0, n), dtype=bool)
+        self._policy_keys: list[NestedKey] | None = None
+        self._policy_np: list[tuple[NestedKey, np.ndarray]] = []
+        self._policy_torch: list[tuple[NestedKey, torch.Tensor]] = []
+        self._ep_return = np.zeros(n, dtype=np.float64)
+        self._ep_length = np.zeros(n, dtype=np.int64)
+        self._prev_done = np.zeros(n, dtype=bool)
+        self._obs: np.ndarray | None = None
+        #: Done flags of the last :meth:`step`, numpy bool ``[num_envs]``.
+        self.done = np.zeros(n, dtype=bool)
+        #: Vector steps taken (since construction or the state loaded by :meth:`load_state_dict`).
+        self.steps = 0
+        self._pending_rows: dict[NestedKey, torch.Tensor] = {}  # restored policy rows, see load_state_dict
+        self._alloc_env(max(int(rows), 1))
+
+    @property
+    def num_envs(self) -> int:
+        """Number of env copies."""
+        return self.spec.num_envs
+
+    @property
+    def rows(self) -> int:
+        """Staging capacity in rows (vector steps)."""
+        return self.valid.shape[0]
+
+    def reset(self, seed: int | None = None) -> None:
+        """Reset every env copy (``env.reset(seed=seed)``, copy ``i`` gets ``seed + i``) and the
+        episode counters; with a seed, also seed the env's action and observation spaces (batched
+        and single; otherwise gymnasium seeds them from OS entropy, which makes saved states differ
+        between identical runs)."""
+        try:
+            obs, _ = self.env.reset(seed=seed)
+        except Exception as err:
+            raise self._env_error(err, f"env.reset(seed={seed})") from err
+        if seed is not None:
+            env = self.env
+            for space in (env.action_space, env.single_action_space, env.observation_space, env.single_observation_space):
+                space.seed(seed)
+        self._obs = obs
+        self._ep_return[:] = 0.0
+        self._ep_length[:] = 0
+        self._prev_done[:] = False
+        self.done[:] = False
+
+    def step(self, row: int) -> None:
+        """Run the policy and one vector env step, writing the results into staging ``row``."""
+        obs = self._obs
+        if obs is None:
+            raise RuntimeError(f"{self.owner}: call reset() before step()")
+        arrays = self.arrays
+        arrays["observation"][row] = obs
+        td = self._step_td
+        if td.get("observation") is not self._policy_obs:  # the policy replaced it: put it back
+            td.set("observation", self._policy_obs)
+        if self._policy_obs_np is not None:
+            self._policy_obs_np[...] = obs
+        else:
+            self._policy_obs.copy_(torch.from_numpy(arrays["observation"][row]))
+        out = self.policy(td)
+        if out is None:
+            out = td
+        if self._policy_keys is None:
+            self._alloc_policy(out)
+        for key, array in self._policy_np:
+            array[row] = out.get(key).numpy()
+        for key, buf in self._policy_torch:
+            buf[row].copy_(out.get(key))
+        try:
+            next_obs, reward, terminated, truncated, info = self.env.step(self._action_np[row])
+        except Exception as err:
+            raise self._env_error(err, "env.step") from err
+        self.steps += 1
+
+        arrays[(_NEXT, "observation")][row] = next_obs
+        arrays[(_NEXT, "reward")][row] = reward
+        arrays[(_NEXT, "terminated")][row] = terminated
+        arrays[(_NEXT, "truncated")][row] = truncated
+        done = np.logical_or(terminated, truncated, out=arrays[(_NEXT, "done")][row])
+        valid = self.valid[row]
+        if self.next_step_autoreset:  # a step right after a done is a reset step, not a transition
+            np.logical_not(self._prev_done, out=valid)
+            self._ep_length += valid
+            self._prev_done[...] = done
+        else:
+            valid[...] = True
+            self._ep_length += 1
+        self._ep_return += reward
+        arrays[(_NEXT, "episode_return")][row] = self._ep_return
+        arrays[(_NEXT, "episode_length")][row] = self._ep_length
+        self.done[...] = done
+        if done.any():
+            if not self.next_step_autoreset:  # same-step: next_obs holds the reset observation
+                idx = np.flatnonzero(done)
+                arrays[(_NEXT, "observation")][row, idx] = np.stack(info["final_obs"][idx])
+            self._ep_return[done] = 0.0
+            self._ep_length[done] = 0
+        self._obs = next_obs
+
+    def _env_error(self, err: Exception, call: str) -> EnvError:
+        index = _failed_env_index(self.env, err)
+        step = self.steps + 1
+        if index is None:
+            where = f"the vector env ({type(self.env).__name__}; env index unknown: it steps all copies at once)"
+        else:
+            where = f"env {index} of {self.num_envs} (step {int(self._ep_length[index]) + 1} of its episode)"
+        return EnvError(
+            f"{self.owner}: {call} raised {type(err).__name__}: {err} -- in {where}, at vector step {step}",
+            env_index=index, step=step,
+        )
+
+    def state_dict(self, rows: int = 0) -> dict[str, Any]:
+        """Where the stepper stands: env state, current observations, episode counters, vector
+        steps, and the first ``rows`` staging rows (frames carried over between batches).
+
+        ``"env"`` is ``None`` (with the reason in ``"env_unsupported"``) when the env's state
+        cannot be captured (see :mod:`engine_rl.collectors.env_state`). Only tensors, numbers,
+        strings and plain containers.
+        """
+        try:
+            env_state, unsupported = get_env_state(self.env), None
+        except UnsupportedEnvState as err:
+            env_state, unsupported = None, str(err)
+        return {
+            "env": env_state,
+            "env_unsupported": unsupported,
+            "obs": None if self._obs is None else torch.from_numpy(np.array(self._obs)),
+            "episode_return": torch.from_numpy(self._ep_return.copy()),
+            "episode_length": torch.from_numpy(self._ep_length.copy()),
+            "prev_done": torch.from_numpy(self._prev_done.copy()),
+            "done": torch.from_numpy(self.done.copy()),
+            "steps": self.steps,
+            "valid": torch.from_numpy(self.valid[:rows].copy()),
+            "rows": _nest({key: buf[:rows].clone() for key, buf in self.buffers.items()}),
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (env included) into a stepper over an env built the same way.
+
+        Staging rows of the policy's outputs are written once the policy has run (their buffers
+        are allocated at the first :meth:`step`)."""
+        if state_dict["env"] is None:
+            raise UnsupportedEnvState(f"{self.owner}.load_state_dict: no env state saved ({state_dict['env_unsupported']})")
+        n = self.num_envs
+        if tuple(state_dict["episode_return"].shape) != (n,):
+            raise ValueError(
+                f"{self.owner}.load_state_dict: the state is for {state_dict['episode_return'].shape[0]} env copies, "
+                f"this env has {n}"
+            )
+        set_env_state(self.env, state_dict["env"])
+        obs = state_dict["obs"]
+        self._obs = None if obs is None else obs.numpy().copy()
+        self._ep_return[:] = state_dict["episode_return"].numpy()
+        self._ep_length[:] = state_dict["episode_length"].numpy()
+        self._prev_done[:] = state_dict["prev_done"].numpy()
+        self.done[:] = state_dict["done"].numpy()
+        self.steps = int(state_dict["steps"])
+        valid = state_dict["valid"].numpy()
+        rows = valid.shape[0]
+        self.grow(rows)
+        self.valid[:rows] = valid
+        self._pending_rows = {}
+        for key, value in _flatten(state_dict["rows"]).items():
+            if key in self.buffers:
+                self.buffers[key][:rows].copy_(value)
+            elif self._policy_keys is None:
+                self._pending_rows[key] = value
+            else:
+                raise KeyError(
+                    f"{self.owner}.load_state_dict: staging key {format_key(key)!r} is not one the policy writes "
+                    f"({sorted(map(format_key, self._policy_keys))})"
+                )
+
+    def grow(self, rows: int) -> None:
+        """Enlarge the staging to ``rows`` rows, keeping the content of the existing ones."""
+        old = self.rows
+        if rows <= old:
+            return
+        for key, buf in self.buffers.items():
+            new = buf.new_zeros((rows, *buf.shape[1:]))
+            new[:old] = buf
+            self.buffers[key] = new
+        valid = np.zeros((rows, self.num_envs), dtype=bool)
+        valid[:old] = self.valid
+        self.valid = valid
+        self._refresh_views()
+
+    def move_rows(self, start: int, stop: int, *, consumed: np.ndarray | None = None) -> None:
+        """Copy staging rows ``start:stop`` to ``0:stop - start`` (frames kept for later),
+        marking invalid the frames where ``consumed`` (``[stop - start, num_envs]``) is True."""
+        kept = stop - start
+        for array in self.arrays.values():
+            array[:kept] = array[start:stop]  # numpy copes with the overlap
+        self.valid[:kept] = self.valid[start:stop]
+        if consumed is not None:
+            self.valid[:kept] &= ~consumed
+
+    def _alloc_env(self, rows: int) -> None:
+        n, obs_shape = self.num_envs, self.spec.observation_shape
+        for key, dtype in _ENV_KEYS.items():
+            is_obs = key in ("observation", (_NEXT, "observation"))
+            self.buffers[key] = torch.zeros((rows, n, *obs_shape) if is_obs else (rows, n), dtype=dtype)
+        self.valid = np.zeros((rows, n), dtype=bool)
+        self._refresh_views()
+
+    def _alloc_policy(self, out: Any) -> None:
+        if not isinstance(out, TensorDictBase):
+            raise TypeError(
+                f"{self.owner}: the policy must return a TensorDict (or None), got {type(out).__name__}"
+            )
+        if "action" not in out.keys():
+            raise KeyError(
+                f"{self.owner}: the policy must write 'action' into the TensorDict; "
+                f"it holds {present_keys(out)}"
+            )
+        n, spec = self.num_envs, self.spec
+        expected = (n, *spec.action_shape)
+        action = out.get("action")
+        if tuple(action.shape) != expected:
+            raise ValueError(
+                f"{self.owner}: the policy's 'action' must have shape {expected} "
+                f"([num_envs, *action_shape]), got {tuple(action.shape)}"
+            )
+        keys: list[NestedKey] = ["action"]
+        for key in out.keys(include_nested=True, leaves_only=True):
+            if key in ("action", "observation") or key in _ENV_KEYS:
+                continue
+            if isinstance(out.get(key), torch.Tensor):
+                keys.append(key)
+        rows, fast = self.rows, []
+        for key in keys:
+            value = out.get(key)
+            dtype = spec.action_dtype if key == "action" else value.dtype
+            if dtype not in _NUMPY_DTYPES:  # e.g. bfloat16: stage as float32
+                dtype = torch.float32 if dtype.is_floating_point else torch.int64
+            self.buffers[key] = torch.zeros((rows, *value.shape), dtype=dtype)
+            if value.device.type == "cpu" and value.dtype in _NUMPY_DTYPES:
+                fast.append(key)
+        self._policy_keys = keys
+        self._numpy_writable = set(fast)
+        if self._pending_rows:  # policy rows restored by load_state_dict, now that buffers exist
+            if set(self._pending_rows) != set(keys):
+                raise KeyError(
+                    f"{self.owner}: the policy writes {sorted(map(format_key, keys))}, but the restored staging "
+                    f"rows hold {sorted(map(format_key, self._pending_rows))}"
+                )
+            for key, value in self._pending_rows.items():
+                self.buffers[key][: value.shape[0]].copy_(value)
+            self._pending_rows = {}
+        self._refresh_views()
+
+    def _refresh_views(self) -> None:
+        self.arrays = {key: buf.numpy() for key, buf in self.buffers.items()}
+        if self._policy_keys is not None:
+            fast = self._numpy_writable
+            self._policy_np = [(k, self.arrays[k]) for k in self._policy_keys if k in fast]
+            self._policy_torch = [(k, self.buffers[k]) for k in self._policy_keys if k not in fast]
+            self._action_np = self.arrays["action"]
