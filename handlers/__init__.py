@@ -18,9 +18,11 @@ handler                       default event                        does
 :class:`Throughput`           ``Events.ITERATION_COMPLETED``       ``metrics["fps"]``, ``["utd"]``
 :class:`MetricsLogger`        ``Events.ITERATION_COMPLETED``       ``metrics.jsonl`` lines
 :class:`FramesProgressBar`    ``Events.ITERATION_COMPLETED``       tqdm bar over ``state.frames``
+:func:`attach_dashboard`      ``Events.ITERATION_COMPLETED``       live visdom plots (off-thread)
 ============================  ===================================  ==============================
 """
 
+from handlers.dashboard import attach_dashboard
 from handlers.episodes import EpisodeStats, Throughput
 from handlers.metrics_log import MetricsLogger
 from handlers.optim import GradClipper
@@ -42,4 +44,5 @@ __all__ = [
     "TargetNetUpdater",
     "ValidationRollout",
     "WeightSync",
+    "attach_dashboard",
 ]

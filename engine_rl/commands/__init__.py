@@ -3,4 +3,4 @@
 A new sub-command is one new module listed in :data:`COMMANDS`.
 """
 
-COMMANDS = ("train", "eval", "recipes")
+COMMANDS = ("train", "eval", "recipes", "dashboard")
