@@ -11,6 +11,7 @@ final policy from the late collapses DQN is known for on CartPole.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import gymnasium as gym
 import torch
@@ -18,7 +19,7 @@ from ignite.engine import Events
 from ignite.handlers import PiecewiseLinear
 
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
-from engine_rl.collectors import GymCollector, make_vec_env
+from engine_rl.collectors import AsyncCollector, GymCollector, SharedReplayBuffer, make_vec_env
 from engine_rl.engine import create_trainer
 from engine_rl.exploration import EpsilonGreedy
 from engine_rl.recipes.base import Setup, register
@@ -30,6 +31,7 @@ from handlers import (
     ReplaySampler,
     TargetNetUpdater,
     ValidationRollout,
+    WeightSync,
 )
 
 __all__ = ["DQNConfig", "build_dqn"]
@@ -90,6 +92,9 @@ class DQNConfig:
     """Deterministic (greedy) evaluation episodes per evaluation."""
     eval_seed: int = 10_000
     """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
+    async_collection: bool = False
+    """Collect in a background process (:class:`~engine_rl.collectors.AsyncCollector`) that writes
+    the replay buffer while the learner optimizes; learner weights go to it after every batch."""
     seed: int = 0
     """Seed of torch, the collector's envs and exploration, and the replay sampler."""
 
@@ -135,9 +140,10 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         greedy, num_actions=num_actions, eps_start=cfg.eps_start, eps_end=cfg.eps_end,
         annealing_frames=cfg.eps_frames, seed=cfg.seed,
     )
-    collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
+    if not cfg.async_collection:
+        collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
     loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
-    optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.lr, fused=True)  # one kernel, not a loop per tensor
 
     total_steps = cfg.num_batches * cfg.optim_steps_per_batch
     sampler = (
@@ -145,7 +151,12 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         if cfg.prioritized
         else UniformSampler()
     )
-    buffer = ReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed)
+    buffer_cls = SharedReplayBuffer if cfg.async_collection else ReplayBuffer
+    buffer = buffer_cls(cfg.buffer_size, sampler=sampler, seed=cfg.seed)
+    if cfg.async_collection:  # the worker builds its own env copies and writes the buffer itself
+        env.close()
+        env_fn = partial(make_vec_env, cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
+        collector = AsyncCollector(env_fn, explore, frames_per_batch=cfg.frames_per_batch, buffer=buffer, seed=cfg.seed)
 
     trainer = create_trainer(
         collector, loss, optimizer,
@@ -157,7 +168,11 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         # stock Ignite scheduler, stepped once per batch
         schedule = PiecewiseLinear(optimizer, "lr", milestones_values=[(0, cfg.lr), (cfg.num_batches, cfg.lr_end)])
         trainer.add_event_handler(Events.ITERATION_STARTED, schedule)
-    ReplayExtender(buffer).attach(trainer)
+    if cfg.async_collection:
+        WeightSync(explore, collector).attach(trainer)
+        collector.attach(trainer)  # stop the worker before the final evaluation
+    else:
+        ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size).attach(trainer)
     if cfg.prioritized:
         PriorityUpdater(buffer).attach(trainer)

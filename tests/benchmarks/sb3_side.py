@@ -1,0 +1,128 @@
+"""The Stable-Baselines3 side of ``tests/benchmarks/vs_sb3.py``: train one algorithm, evaluate, print JSON.
+
+Runs inside the SB3 virtual environment that ``vs_sb3.py`` creates (it imports neither
+``engine_rl`` nor anything of this repository), one process per run:
+
+    SB3_PYTHON tests/benchmarks/sb3_side.py --algo dqn --frames 50000 --seed 0
+
+Hyperparameters are rl-baselines3-zoo's (``hyperparams/{dqn,ppo,sac}.yml`` of
+DLR-RM/rl-baselines3-zoo; DQN values from the file at commit ce95481b, PPO and SAC from
+00128b5d), the rest Stable-Baselines3's defaults; ``lin_X`` means linear from X to 0 over
+the run (``learning_rate`` and ``clip_range`` of PPO):
+
+- DQN CartPole-v1 (rl-zoo: n_timesteps 5e4, 1 env): lr 2.3e-3, batch_size 64, buffer_size 100000,
+  learning_starts 1000, gamma 0.99, target_update_interval 10, train_freq 256,
+  gradient_steps 128, exploration_fraction 0.16, exploration_final_eps 0.04, net_arch [256, 256].
+- PPO CartPole-v1 (rl-zoo: n_timesteps 1e5): n_envs 8, n_steps 32, batch_size 256, gae_lambda 0.8,
+  gamma 0.98, n_epochs 20, ent_coef 0.0, learning_rate lin_0.001, clip_range lin_0.2.
+- SAC Pendulum-v1 (rl-zoo: n_timesteps 20000, 1 env): learning_rate 1e-3 (SB3 defaults: buffer
+  1e6, learning_starts 100, batch 256, tau 0.005, gamma 0.99, train_freq 1, gradient_steps 1,
+  ent_coef 'auto', net_arch [256, 256]).
+
+Training uses ``torch.set_num_threads(threads)`` (default 1, as engine_rl's run) and
+``device="cpu"``. Evaluation after training: 10 deterministic episodes
+(``model.predict(obs, deterministic=True)``) on a gymnasium vector env of 10 copies reset with
+``seed=eval_seed`` (copy ``i`` seeded ``eval_seed + i``), each copy's first episode counted —
+the same env, vectorization mode and seeds as engine_rl's ``ValidationRollout`` in its recipes
+(CartPole: numpy-vectorized entry point; Pendulum: ``sync``), so both sides start from the
+same initial states. Prints one JSON line: ``learn_s`` (wall seconds of ``model.learn``),
+``eval_s``, ``learn_cpu_s`` (process CPU seconds of ``model.learn``), the evaluation returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+ENV_IDS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1"}
+DEFAULT_FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000}
+EVAL_VECTORIZATION = {"CartPole-v1": "vector_entry_point", "Pendulum-v1": "sync"}
+
+
+def linear(start: float) -> Any:
+    """rl-zoo's ``lin_X``: ``start`` times SB3's progress_remaining (1 -> 0 over the run)."""
+    return lambda progress_remaining: progress_remaining * start
+
+
+def make_model(algo: str, seed: int) -> Any:
+    """The SB3 model for ``algo`` with rl-zoo's hyperparameters (see the module docstring)."""
+    from stable_baselines3 import DQN, PPO, SAC
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env_id = ENV_IDS[algo]
+    if algo == "dqn":
+        return DQN(
+            "MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), learning_rate=2.3e-3, batch_size=64,
+            buffer_size=100_000, learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
+            gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
+            policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu", verbose=0,
+        )
+    if algo == "ppo":
+        return PPO(
+            "MlpPolicy", make_vec_env(env_id, n_envs=8, seed=seed), n_steps=32, batch_size=256, gae_lambda=0.8,
+            gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2),
+            seed=seed, device="cpu", verbose=0,
+        )
+    if algo == "sac":
+        return SAC("MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), learning_rate=1e-3, seed=seed,
+                   device="cpu", verbose=0)
+    raise ValueError(f"sb3_side: --algo must be one of {sorted(ENV_IDS)}, got {algo!r}")
+
+
+def evaluate(model: Any, env_id: str, *, episodes: int, seed: int) -> list[float]:
+    """Returns of the first episode of each of ``episodes`` env copies reset with ``seed``."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.make_vec(env_id, episodes, vectorization_mode=EVAL_VECTORIZATION[env_id])
+    obs, _ = env.reset(seed=seed)
+    returns = np.zeros(episodes)
+    running = np.ones(episodes, dtype=bool)
+    while running.any():
+        action, _ = model.predict(obs, deterministic=True)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        returns += np.where(running, reward, 0.0)
+        running &= ~(terminated | truncated)
+    env.close()
+    return returns.tolist()
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--algo", required=True, choices=sorted(ENV_IDS))
+    p.add_argument("--frames", type=int, default=None, help="frame budget (default: rl-zoo's n_timesteps)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--eval-seed", type=int, default=10_000)
+    args = p.parse_args(argv)
+
+    import stable_baselines3
+    import torch
+
+    torch.set_num_threads(args.threads)
+    frames = args.frames or DEFAULT_FRAMES[args.algo]
+    model = make_model(args.algo, args.seed)
+    wall, cpu = time.perf_counter(), time.process_time()
+    model.learn(total_timesteps=frames)
+    learn_s, learn_cpu_s = time.perf_counter() - wall, time.process_time() - cpu
+    start = time.perf_counter()
+    returns = evaluate(model, ENV_IDS[args.algo], episodes=args.eval_episodes, seed=args.eval_seed)
+    eval_s = time.perf_counter() - start
+    mean = sum(returns) / len(returns)
+    result = {
+        "algo": args.algo, "env_id": ENV_IDS[args.algo], "frames": frames, "frames_done": int(model.num_timesteps),
+        "seed": args.seed, "threads": torch.get_num_threads(), "learn_s": round(learn_s, 2),
+        "learn_cpu_s": round(learn_cpu_s, 2), "eval_s": round(eval_s, 2), "eval_return_mean": round(mean, 2),
+        "eval_return_std": round((sum((r - mean) ** 2 for r in returns) / len(returns)) ** 0.5, 2),
+        "eval_returns": [round(r, 2) for r in returns], "sb3": stable_baselines3.__version__,
+        "torch": torch.__version__,
+    }
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
