@@ -18,21 +18,42 @@ handler                       default event                        does
 :class:`Throughput`           ``Events.ITERATION_COMPLETED``       ``metrics["fps"]``, ``["utd"]``
 :class:`MetricsLogger`        ``Events.ITERATION_COMPLETED``       ``metrics.jsonl`` lines
 :class:`FramesProgressBar`    ``Events.ITERATION_COMPLETED``       tqdm bar over ``state.frames``
+:class:`GAEAdvantage`         ``RLEvents.BATCH_COLLECTED``         advantages + value targets (GAE)
+:class:`MinibatchSampler`     ``RLEvents.SAMPLE_REQUESTED``        shuffled minibatches of the batch
+:class:`KLEarlyStop`          ``RLEvents.EPOCH_DONE``              ``state.end_optim_epochs`` on KL
+:class:`FrameSchedule`        ``Events.ITERATION_STARTED``         lr / clip range over frames
+:class:`ObservationNormalizer` ``RLEvents.BATCH_COLLECTED``        running obs statistics
+:class:`RewardNormalizer`     ``RLEvents.BATCH_COLLECTED``         discounted-return reward scaling
+:class:`NaNGuard`             ``RLEvents.BACKWARD_COMPLETED`` ...  stop on NaN/Inf, naming the key
 :func:`attach_dashboard`      ``Events.ITERATION_COMPLETED``       live visdom plots (off-thread)
 ============================  ===================================  ==============================
 """
 
 from handlers.dashboard import attach_dashboard
+from handlers.advantage import GAEAdvantage
 from handlers.episodes import EpisodeStats, Throughput
+from handlers.kl_stop import KLEarlyStop
 from handlers.metrics_log import MetricsLogger
+from handlers.minibatch import MinibatchSampler
+from handlers.nan_guard import NaNGuard, NonFiniteError
+from handlers.normalization import ObservationNormalizer, RewardNormalizer
 from handlers.optim import GradClipper
 from handlers.progress import FramesProgressBar
 from handlers.replay import PriorityUpdater, ReplayExtender, ReplaySampler
+from handlers.schedule import FrameSchedule
 from handlers.target import TargetNetUpdater
 from handlers.validation import ValidationRollout
 from handlers.weights import WeightSync
 
 __all__ = [
+    "FrameSchedule",
+    "GAEAdvantage",
+    "KLEarlyStop",
+    "MinibatchSampler",
+    "NaNGuard",
+    "NonFiniteError",
+    "ObservationNormalizer",
+    "RewardNormalizer",
     "EpisodeStats",
     "FramesProgressBar",
     "MetricsLogger",

@@ -3,7 +3,19 @@
 from engine_rl.algos.dqn import DQNLoss, QValuePolicy
 from engine_rl.algos.networks import mlp
 from engine_rl.algos.actors import DeterministicActor, RandomWarmup, TanhGaussianActor
+from engine_rl.algos.gae import gae
+from engine_rl.algos.policies import (
+    ActorCritic,
+    CategoricalActorCritic,
+    GaussianActor,
+    GaussianActorCritic,
+    make_actor_critic,
+)
+from engine_rl.algos.ppo import PPOLoss
 from engine_rl.algos.sac import QEnsemble, SACLoss
 
-__all__ = ["DQNLoss", "QValuePolicy", "mlp",
-           "DeterministicActor", "RandomWarmup", "TanhGaussianActor", "QEnsemble", "SACLoss"]
+__all__ = [
+    "ActorCritic", "CategoricalActorCritic", "DQNLoss", "DeterministicActor", "GaussianActor",
+    "GaussianActorCritic", "PPOLoss", "QEnsemble", "QValuePolicy", "RandomWarmup", "SACLoss",
+    "TanhGaussianActor", "gae", "make_actor_critic", "mlp",
+]
