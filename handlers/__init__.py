@@ -21,7 +21,7 @@ handler                       default event                        does
 :class:`GAEAdvantage`         ``RLEvents.BATCH_COLLECTED``         advantages + value targets (GAE)
 :class:`MinibatchSampler`     ``RLEvents.SAMPLE_REQUESTED``        shuffled minibatches of the batch
 :class:`KLEarlyStop`          ``RLEvents.EPOCH_DONE``              ``state.end_optim_epochs`` on KL
-:class:`FrameSchedule`        ``Events.ITERATION_STARTED``         lr / clip range over frames
+:class:`FrameSchedule`        ``RLEvents.BATCH_COLLECTED``         lr / clip range over frames
 :class:`ObservationNormalizer` ``RLEvents.BATCH_COLLECTED``        running obs statistics
 :class:`RewardNormalizer`     ``RLEvents.BATCH_COLLECTED``         discounted-return reward scaling
 :class:`NaNGuard`             ``RLEvents.BACKWARD_COMPLETED`` ...  stop on NaN/Inf, naming the key
