@@ -76,7 +76,7 @@ def test_python_dash_m_and_recipes_listing():
 @pytest.mark.slow
 @pytest.mark.ci
 def test_dqn_cartpole_solves_within_50k_frames(tmp_path):
-    """Seed 1, 50k frames, default config: mean greedy return over 10 episodes >= 475 (~2 min here)."""
-    summary = train("dqn-cartpole", make_config("dqn-cartpole", {"seed": 1}), tmp_path, progress=False)
+    """Seed 0, 50k frames, default config: mean greedy return over 10 episodes >= 475 (~2 min here)."""
+    summary = train("dqn-cartpole", make_config("dqn-cartpole", {"seed": 0}), tmp_path, progress=False)
     assert summary["frames"] == 50_176  # 196 batches of 256
     assert summary["eval_return_mean"] >= 475, summary
