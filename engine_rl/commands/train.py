@@ -4,6 +4,12 @@
 with the config saved in ``--out/config.json``; it exits with an error if ``--frames``,
 ``--seed`` or ``--set`` would change that config. A run that fails on a bad checkpoint or an env
 error exits with status 1 and a one-line message naming the file, or the env copy and step.
+
+``--nproc N`` trains data-parallel in N processes on this machine (``ignite.distributed``, gloo
+on CPU, nccl on GPU; see :mod:`engine_rl.distributed`); ``--frames`` then counts the frames of
+all of them. Several machines: run ``torchrun --nnodes M --nproc-per-node N ... -m engine_rl
+train RECIPE ...`` on each (no ``--nproc``), or ``engine-rl train RECIPE --nproc N --nnodes M
+--node-rank K --master-addr HOST --master-port PORT`` on machine ``K``.
 """
 
 from __future__ import annotations
@@ -12,10 +18,13 @@ import argparse
 import json
 import sys
 
+import ignite.distributed as idist
 import torch
+from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
 from engine_rl.checkpoint import CheckpointError, latest_checkpoint
 from engine_rl.collectors import EnvError
+from engine_rl.distributed import launched_externally, run_parallel
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.runner import RunError, load_run_config, make_config, train
@@ -43,6 +52,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="pause after F frames with a checkpoint (continue later with --resume)")
     t.add_argument("--patience", type=int, default=None, metavar="N",
                    help="stop early when the evaluation return has not improved for N evaluations")
+    d = t.add_argument_group("data-parallel training (ignite.distributed)")
+    d.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="processes on this machine, each with its own envs and replay shard, gradients averaged "
+                        "(default 1: no process group); --frames counts the frames of all processes")
+    d.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                   help="torch.distributed backend (default: nccl if CUDA is available, else gloo)")
+    d.add_argument("--nnodes", type=int, default=None, metavar="M", help="machines taking part (with --node-rank)")
+    d.add_argument("--node-rank", type=int, default=None, metavar="K", help="this machine's index, 0..M-1")
+    d.add_argument("--master-addr", default=None, metavar="HOST", help="address of machine 0 (several machines)")
+    d.add_argument("--master-port", type=int, default=None, metavar="PORT",
+                   help="rendezvous port on machine 0 (default: a free port when on one machine)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,22 +84,71 @@ def run(args: argparse.Namespace) -> int:
             out = args.out or f"runs/{args.recipe}-seed{config.seed}"
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        parallel = _parallel_options(args)
     except ValueError as err:
         print(f"engine-rl: error: {err}", file=sys.stderr)
         return 2
-    torch.set_num_threads(args.threads)
+    job = {
+        "recipe": args.recipe, "config": config, "out": out, "threads": args.threads,
+        "options": {
+            "progress": not args.no_progress, "visdom": args.visdom, "resume": args.resume,
+            "checkpoint_every": args.checkpoint_every, "until_frames": args.until_frames, "patience": args.patience,
+        },
+    }
+    if parallel is None:
+        return _train_and_report(job)
     try:
-        summary = train(
-            args.recipe, config, out, progress=not args.no_progress, visdom=args.visdom, resume=args.resume,
-            checkpoint_every=args.checkpoint_every, until_frames=args.until_frames, patience=args.patience,
-        )
-    except RunError as err:
-        print(f"engine-rl: error: {err}", file=sys.stderr)
+        run_parallel(_worker, job, **parallel)
+    except ProcessExitedException as err:  # the failing process printed its error
+        return err.exit_code if err.exit_code in (1, 2) else 1
+    except ProcessRaisedException as err:
+        print(f"engine-rl: error: a training process failed:{err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _parallel_options(args: argparse.Namespace) -> dict | None:
+    """``run_parallel`` options, or ``None`` to train in this process alone."""
+    multi_node = {"nnodes": args.nnodes, "node_rank": args.node_rank, "master_addr": args.master_addr,
+                  "master_port": args.master_port}
+    if launched_externally():  # torchrun started this process: join its group
+        if args.nproc != 1:
+            raise ValueError(f"--nproc {args.nproc}: this process was started by torchrun, which spawns the "
+                             "processes itself; drop --nproc")
+        return {"backend": args.backend}
+    if args.nproc < 1:
+        raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.nproc == 1 and (args.nnodes or 1) == 1:
+        return None
+    return {"nproc_per_node": args.nproc, "backend": args.backend, **multi_node}
+
+
+def _train_and_report(job: dict) -> int:
+    """Train as ``job`` says in this process (one rank of a group, or alone); print the summary
+    (rank 0) or a one-line error; return the exit status."""
+    rank, world = idist.get_rank(), idist.get_world_size()
+    who = f" (rank {rank} of {world})" if world > 1 else ""
+    torch.set_num_threads(job["threads"])
+    out = job["out"]
+    try:
+        summary = train(job["recipe"], job["config"], out, **job["options"])
+    except RunError as err:  # the same on every rank: one process per machine says it
+        if idist.get_local_rank() == 0:
+            print(f"engine-rl: error{who if rank else ''}: {err}", file=sys.stderr)
         return 2
     except (CheckpointError, EnvError) as err:
         latest = latest_checkpoint(f"{out}/checkpoints")
         hint = f"; the latest checkpoint, {latest}, is intact: continue with --resume" if latest else ""
-        print(f"engine-rl: error: {err}{hint if isinstance(err, EnvError) else ''}", file=sys.stderr)
+        print(f"engine-rl: error{who}: {err}{hint if isinstance(err, EnvError) else ''}", file=sys.stderr)
         return 1
-    print(json.dumps(summary))
+    if rank == 0:
+        print(json.dumps(summary), flush=True)
     return 0
+
+
+def _worker(local_rank: int, job: dict) -> None:
+    """One process of ``--nproc``/``torchrun`` training; a failure exits with its status, which
+    stops the other processes."""
+    status = _train_and_report(job)
+    if status:
+        raise SystemExit(status)

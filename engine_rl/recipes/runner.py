@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ignite.distributed as idist
 import numpy as np
 import torch
 from ignite.engine import Events
@@ -25,8 +26,10 @@ from engine_rl.checkpoint import (
     restore,
     training_state,
 )
+from engine_rl.distributed import rank_checkpoint_dir, rank_config, rank_disk_saver, resume_path
 from engine_rl.recipes.base import get_recipe
 from engine_rl.recipes.config import apply_overrides
+from handlers.distributed import AllReducedEpisodeStats, make_data_parallel
 from handlers.episodes import EpisodeStats, Throughput
 from handlers.metrics_log import MetricsLogger
 from handlers.progress import FramesProgressBar
@@ -142,16 +145,32 @@ def train(
             summary says ``"paused": true``); ``resume`` continues.
         patience: stop when the evaluation return has not improved for this many evaluations
             (Ignite's ``EarlyStopping`` on the recipe's evaluator).
+
+    Distributed: called in every process of an ``ignite.distributed`` group (``engine-rl train
+    --nproc N``, see :mod:`engine_rl.distributed`), each rank builds the recipe with its own
+    seeds and trains data-parallel (:func:`handlers.distributed.make_data_parallel`); the
+    config's ``total_frames`` counts the frames of all ranks. Rank 0 alone writes
+    ``config.json``, metrics, the best and inference checkpoints, ``policy.pt``, the summary and
+    the dashboard; every rank writes its own full checkpoints (rank 0 in ``checkpoints/``, rank
+    ``r`` in ``checkpoints/rank<r>/``, at the same steps) and resumes from its own file.
     """
     recipe = get_recipe(name)
+    rank, world = idist.get_rank(), idist.get_world_size()
+    lead = rank == 0  # writes the run's files
     out = Path(out_dir)
     ckpt_dir = out / "checkpoints"
+    own_ckpt_dir = rank_checkpoint_dir(ckpt_dir, rank)
     resume_from: Path | None = None
     if resume:
-        _check_same_config(out, name, config)
-        resume_from = Path(resume) if isinstance(resume, (str, Path)) else latest_checkpoint(ckpt_dir)
-        remove_partial_files(ckpt_dir)
-        remove_partial_files(out / "best")
+        if lead:  # (other ranks may run on machines without config.json; a failure here stops them)
+            _check_same_config(out, name, config)
+        try:
+            resume_from = resume_path(ckpt_dir, resume)
+        except ValueError as err:
+            raise RunError(str(err)) from err
+        remove_partial_files(own_ckpt_dir)
+        if lead:
+            remove_partial_files(out / "best")
     elif latest_checkpoint(ckpt_dir) is not None:
         raise RunError(
             f"{out} already holds checkpoints of a run ({latest_checkpoint(ckpt_dir).name}); "
@@ -161,23 +180,30 @@ def train(
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise RunError(f"train: {arg} must be a positive int or None, got {value!r}")
     out.mkdir(parents=True, exist_ok=True)
-    if not resume:
+    if not resume and lead:
         (out / "config.json").write_text(json.dumps(_config_record(name, config), indent=2))
 
-    seed = getattr(config, "seed", None)
+    build_config = rank_config(config, rank) if world > 1 else config  # each rank its own envs and seeds
+    seed = getattr(build_config, "seed", None)
     if isinstance(seed, int):  # every global generator, so two runs of one config match bit for bit
         random.seed(seed)
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
-    setup = recipe.build(config)
+    setup = recipe.build(build_config)
     trainer = setup.trainer
-    EpisodeStats().attach(trainer)
+    if world > 1:  # rank 0's weights everywhere; summed frames, averaged gradients, shared scores
+        modules = [obj for obj in setup.to_save.values() if isinstance(obj, torch.nn.Module)]
+        make_data_parallel(trainer, modules=[*modules, setup.eval_policy])
+        AllReducedEpisodeStats().attach(trainer)
+    else:
+        EpisodeStats().attach(trainer)
     Throughput().attach(trainer)
     metrics_path = out / "metrics.jsonl"
-    if resume_from is None:  # a new run (or one killed before its first checkpoint) starts a new log
+    if resume_from is None and lead:  # a new run (or one killed before its first checkpoint) starts a new log
         metrics_path.unlink(missing_ok=True)
-    MetricsLogger(metrics_path).attach(trainer, every=log_every)
-    FramesProgressBar(setup.total_frames, disable=not progress, desc=name).attach(trainer)
+    if lead:
+        MetricsLogger(metrics_path).attach(trainer, every=log_every)
+    FramesProgressBar(setup.total_frames, disable=not progress or not lead, desc=name).attach(trainer)
 
     inference = InferenceState(
         setup.eval_policy, normalizer=getattr(setup, "normalizer", None), recipe=name,
@@ -202,14 +228,15 @@ def train(
     to_save = training_state(trainer, setup.to_save)
     if resume_from is not None:
         restore(to_save, resume_from)
-        _truncate_metrics(metrics_path, int(trainer.state.frames))
+        if lead:
+            _truncate_metrics(metrics_path, int(trainer.state.frames))
 
     checkpoint = Checkpoint(
-        to_save, AtomicDiskSaver(ckpt_dir), n_saved=n_saved,
+        to_save, rank_disk_saver(ckpt_dir), n_saved=n_saved,
         global_step_transform=lambda engine, _: engine.state.frames,
     )
     if resume_from is not None:  # keep pruning the files the previous process wrote
-        older = list_checkpoints(ckpt_dir)
+        older = list_checkpoints(own_ckpt_dir)
         checkpoint.load_state_dict({"_saved": [(int(p.stem.rsplit("_", 1)[1]), p.name) for p in older]})
 
     def checkpoint_due(engine: Any, iteration: int) -> bool:
@@ -229,7 +256,7 @@ def train(
                 engine.terminate(skip_completed=True)  # no final evaluation: the run is not over
 
         trainer.add_event_handler(Events.ITERATION_COMPLETED, pause)
-    if visdom:
+    if visdom and lead:
         from handlers.dashboard import attach_dashboard
 
         attach_dashboard(trainer, env=out.resolve().name, server=visdom, every=log_every)
@@ -242,8 +269,9 @@ def train(
     finally:
         setup.close()
     wall = time.perf_counter() - start
-    torch.save(setup.eval_policy.state_dict(), out / "policy.pt")
-    AtomicDiskSaver(out)(inference.state_dict(), "inference.pt")
+    if lead:
+        torch.save(setup.eval_policy.state_dict(), out / "policy.pt")
+        AtomicDiskSaver(out)(inference.state_dict(), "inference.pt")
 
     metrics = trainer.state.metrics
     summary = {
@@ -257,10 +285,13 @@ def train(
         "paused": paused,
         "stopped_early": early_stop is not None and early_stop.counter >= (patience or 0),
         "resumed_from": None if resume_from is None else str(resume_from),
-        "checkpoint": str(checkpoint.last_checkpoint and ckpt_dir / checkpoint.last_checkpoint),
+        "checkpoint": str(checkpoint.last_checkpoint and own_ckpt_dir / checkpoint.last_checkpoint),
         "best_checkpoint": str(best.last_checkpoint and out / "best" / best.last_checkpoint) if best else None,
         "inference": str(out / "inference.pt"),
         "metrics": str(metrics_path),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if world > 1:
+        summary["nproc"] = world
+    if lead:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

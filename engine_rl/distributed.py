@@ -1,0 +1,423 @@
+"""Data-parallel training on ``ignite.distributed`` (torch.distributed: gloo on CPU, nccl on GPU).
+
+``engine-rl train RECIPE --nproc N`` runs N processes on this machine; ``torchrun`` (or
+:func:`run_parallel` with ``nnodes``/``node_rank``/``master_addr``) spreads them over machines.
+In every process (a *rank*):
+
+- the recipe is built with the rank's own seeds (:func:`rank_config`): its envs, exploration,
+  replay sampling and evaluation episodes differ from the other ranks';
+- rank 0's weights are copied to every rank at the start (:func:`broadcast_tensors`); then, after
+  each ``backward()``, the gradients are averaged over the ranks (:class:`GradientAllReduce`)
+  before clipping and ``optimizer.step()``, so every rank takes the same step and the parameters
+  stay identical (bit for bit: the all-reduce hands every rank the same sum);
+- counters and statistics are combined: collected frames are summed (``state.frames`` counts
+  the frames of all ranks), training-episode statistics are reduced from their moments
+  (:func:`reduce_moments`, i.e. weighted by episodes), evaluation scores are computed over the
+  episodes of all ranks (:func:`gather_rows`);
+- each rank keeps its own collector, replay shard, samplers and RNG state, and checkpoints them
+  in its own file (:func:`rank_checkpoint_dir`); a resume picks the newest checkpoint that every
+  rank holds (:func:`common_checkpoint_step`).
+
+The handlers that wire this into a trainer are in :mod:`handlers.distributed`.
+
+Why an explicit gradient all-reduce and not ``DistributedDataParallel`` (``idist.auto_model``):
+DDP averages gradients from hooks armed by *its own* ``forward``; the losses here call
+sub-modules (``PPOLoss`` calls ``policy.actor`` and ``policy.value``, ``SACLoss`` the actor and
+each critic, ``DQNLoss`` the Q network twice, once without gradients), so wrapping the model would
+sync nothing, or require every loss to route through the wrapper and DDP's
+``find_unused_parameters`` machinery. One all-reduce of all the optimizers' gradients, flattened
+into one buffer, on ``RLEvents.BACKWARD_COMPLETED`` is the same maths (the mean of the ranks'
+gradients), one collective per optim step, and works for any loss and any number of optimizers.
+A model the user wraps with ``idist.auto_model`` still works: its gradients are averaged twice,
+which changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+from torch import nn
+
+__all__ = [
+    "SEED_STRIDE",
+    "GradientAllReduce",
+    "broadcast_tensors",
+    "common_checkpoint_step",
+    "default_backend",
+    "free_port",
+    "gather_rows",
+    "launched_externally",
+    "module_tensors",
+    "rank_checkpoint_dir",
+    "rank_config",
+    "rank_disk_saver",
+    "rank_seed",
+    "reduce_moments",
+    "resume_path",
+    "run_parallel",
+    "saved_world_size",
+]
+
+#: Seeds of rank ``r`` are ``seed + r * SEED_STRIDE``: a vector env seeds its copy ``i`` with
+#: ``seed + i``, so a stride of 1 would give rank 1's first env the seed of rank 0's second one.
+SEED_STRIDE = 1_000_003
+
+_SEED_FIELDS = ("seed", "eval_seed")
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed rank ``rank`` uses for a base ``seed`` (rank 0 keeps it).
+
+    Examples:
+        >>> rank_seed(0, 0), rank_seed(0, 1), rank_seed(7, 2)
+        (0, 1000003, 2000013)
+    """
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank_seed: argument rank must be a non-negative int, got {rank!r}")
+    return seed + rank * SEED_STRIDE
+
+
+def rank_config(config: Any, rank: int) -> Any:
+    """A copy of a recipe's dataclass ``config`` with the seeds of rank ``rank``.
+
+    The int fields ``seed`` (envs, exploration, sampling, initial weights before rank 0's are
+    broadcast) and ``eval_seed`` (evaluation episodes) are shifted by :func:`rank_seed`; the
+    other fields, and ``config`` itself, are unchanged.
+
+    Examples:
+        >>> from engine_rl.recipes.dqn_cartpole import DQNConfig
+        >>> cfg = rank_config(DQNConfig(seed=3), 1)
+        >>> cfg.seed, cfg.eval_seed, cfg.lr == DQNConfig().lr
+        (1000006, 1010003, True)
+        >>> rank_config(DQNConfig(seed=3), 0) == DQNConfig(seed=3)
+        True
+    """
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"rank_config: argument config must be a dataclass instance, got {type(config).__name__}")
+    changes = {
+        name: rank_seed(getattr(config, name), rank)
+        for name in _SEED_FIELDS
+        if isinstance(getattr(config, name, None), int) and not isinstance(getattr(config, name), bool)
+    }
+    return dataclasses.replace(config, **changes) if rank else config
+
+
+# -- tensors across ranks ----------------------------------------------------------------------
+def module_tensors(*modules: nn.Module) -> list[torch.Tensor]:
+    """The distinct parameters and buffers (non-persistent ones too) of ``modules``, in order."""
+    seen: set[int] = set()
+    out: list[torch.Tensor] = []
+    for module in modules:
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module_tensors: expected nn.Module arguments, got {type(module).__name__}")
+        for tensor in (*module.parameters(), *module.buffers()):
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                out.append(tensor)
+    return out
+
+
+@torch.no_grad()
+def broadcast_tensors(tensors: Iterable[torch.Tensor], *, src: int = 0) -> None:
+    """Overwrite ``tensors`` in place with rank ``src``'s values (no-op in one process).
+
+    Every rank must pass tensors of the same shapes and dtypes in the same order (e.g.
+    :func:`module_tensors` of the same modules).
+    """
+    if idist.get_world_size() == 1:
+        return
+    for tensor in tensors:
+        tensor.copy_(idist.broadcast(tensor.detach().clone(), src=src))
+
+
+def reduce_moments(values: torch.Tensor) -> tuple[int, float, float]:
+    """(count, mean, population std) of the values of all ranks, from one all-reduce.
+
+    Each rank may hold a different number of values (none too): the result weighs every value
+    equally (a rank with more episodes counts more). Computed in float64 from the sums of
+    ``x`` and ``x**2``; mean and std are ``nan`` when no rank has a value. In one process this
+    is simply the local count, mean and std.
+
+    Examples:
+        >>> reduce_moments(torch.tensor([1.0, 2.0, 3.0, 6.0]))
+        (4, 3.0, 1.8708286933869707)
+    """
+    x = values.detach().reshape(-1).to(torch.float64)
+    sums = torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64), x.sum(), (x * x).sum()])
+    if idist.get_world_size() > 1:
+        sums = idist.all_reduce(sums)
+    n, s, ss = sums.tolist()
+    if n == 0:
+        return 0, float("nan"), float("nan")
+    mean = s / n
+    return int(n), mean, max(ss / n - mean * mean, 0.0) ** 0.5
+
+
+def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` of every rank concatenated along dim 0 in rank order (sizes may differ).
+
+    The other dims must match. One process: ``tensor`` itself.
+    """
+    world = idist.get_world_size()
+    if world == 1:
+        return tensor
+    if tensor.ndim == 0:
+        tensor = tensor.reshape(1)
+    sizes = idist.all_gather(torch.tensor([tensor.shape[0]], dtype=torch.int64)).tolist()
+    if len(set(sizes)) == 1:
+        return idist.all_gather(tensor.contiguous())
+    rest = tuple(tensor.shape[1:])
+    shapes = [[n, *rest] for n in sizes]
+    parts = idist.all_gather_tensors_with_shapes(tensor.contiguous(), shapes)
+    return torch.cat(parts, dim=0)
+
+
+class GradientAllReduce:
+    """Average the gradients of ``parameters`` over all ranks, in place, with one all-reduce
+    per dtype.
+
+    Gradients are flattened into one buffer (with one flag per parameter saying whether this
+    rank has a gradient for it), summed over the ranks and divided by the world size, then
+    copied back. A parameter with no gradient on any rank keeps ``grad = None`` (the optimizer
+    skips it, as in one process); one with a gradient on some ranks only gets the average,
+    missing gradients counting as zeros (as DDP does). Every rank must call it the same number
+    of times with the same parameters in the same order. In one process it does nothing.
+
+    Args:
+        parameters: tensors, or modules / optimizers whose parameters to average (duplicates
+            are dropped), e.g. ``trainer.optimizers``.
+
+    Examples:
+        >>> net = torch.nn.Linear(2, 1)
+        >>> sync = GradientAllReduce([net])
+        >>> net(torch.ones(1, 2)).sum().backward()
+        >>> sync()  # one process: gradients unchanged
+        >>> net.weight.grad
+        tensor([[1., 1.]])
+        >>> sync.numel
+        3
+    """
+
+    def __init__(self, parameters: Iterable[torch.Tensor | nn.Module | torch.optim.Optimizer]) -> None:
+        params: list[torch.Tensor] = []
+        seen: set[int] = set()
+        for item in parameters:
+            if isinstance(item, nn.Module):
+                found = list(item.parameters())
+            elif isinstance(item, torch.optim.Optimizer):
+                found = [p for group in item.param_groups for p in group["params"]]
+            elif isinstance(item, torch.Tensor):
+                found = [item]
+            else:
+                raise TypeError(
+                    "GradientAllReduce: argument parameters must hold tensors, modules or optimizers, "
+                    f"got {type(item).__name__}"
+                )
+            for p in found:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+        if not params:
+            raise ValueError("GradientAllReduce: argument parameters holds no parameter")
+        buckets: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+        for p in params:
+            buckets.setdefault((p.dtype, p.device), []).append(p)
+        self._buckets = list(buckets.values())
+        self.numel = sum(p.numel() for p in params)
+        self.num_calls = 0
+
+    @torch.no_grad()
+    def __call__(self) -> None:
+        world = idist.get_world_size()
+        if world == 1:
+            return
+        self.num_calls += 1
+        for params in self._buckets:
+            grads = [p.grad for p in params]
+            missing = any(g is None for g in grads)
+            flags = torch.tensor([g is not None for g in grads], dtype=params[0].dtype, device=params[0].device)
+            flat = torch.cat([
+                *(p.new_zeros(p.numel()) if g is None else g.reshape(-1) for p, g in zip(params, grads)),
+                flags,
+            ])
+            flat = idist.all_reduce(flat)
+            flat.div_(world)
+            views = flat[: flat.numel() - len(params)].split([p.numel() for p in params])
+            if not missing:
+                torch._foreach_copy_(grads, [v.view_as(g) for v, g in zip(views, grads)])
+                continue
+            anyone = flat[flat.numel() - len(params):].tolist()
+            for p, g, v, had in zip(params, grads, views, anyone):
+                if g is not None:
+                    g.copy_(v.view_as(g))
+                elif had > 0:
+                    p.grad = v.view_as(p).clone()
+
+
+# -- checkpoints -------------------------------------------------------------------------------
+_RANK_DIR = re.compile(r"^rank(\d+)$")
+_STEP = re.compile(r"^checkpoint_(\d+)\.pt$")
+
+
+def rank_checkpoint_dir(ckpt_dir: str | Path, rank: int) -> Path:
+    """Where rank ``rank`` writes its checkpoints: ``ckpt_dir`` for rank 0 (the run's own
+    checkpoints, readable as single-process ones), ``ckpt_dir/rank<r>`` for the others.
+
+    Examples:
+        >>> rank_checkpoint_dir("run/checkpoints", 0).as_posix(), rank_checkpoint_dir("run/checkpoints", 2).as_posix()
+        ('run/checkpoints', 'run/checkpoints/rank2')
+    """
+    ckpt_dir = Path(ckpt_dir)
+    return ckpt_dir if rank == 0 else ckpt_dir / f"rank{rank}"
+
+
+def saved_world_size(ckpt_dir: str | Path) -> int:
+    """Number of processes of the run whose checkpoints are in ``ckpt_dir``: 1 plus the highest
+    ``r`` of its ``rank<r>`` sub-folders (a multi-process run creates them when it starts)."""
+    ckpt_dir = Path(ckpt_dir)
+    ranks = [0]
+    if ckpt_dir.is_dir():
+        ranks += [int(m[1]) for sub in ckpt_dir.iterdir() if (m := _RANK_DIR.match(sub.name)) and sub.is_dir()]
+    return max(ranks) + 1
+
+
+def _steps(folder: Path) -> list[int]:
+    if not folder.is_dir():
+        return []
+    return sorted(int(m[1]) for p in folder.iterdir() if (m := _STEP.match(p.name)) and p.is_file())
+
+
+def common_checkpoint_step(ckpt_dir: str | Path) -> int | None:
+    """The highest step ``F`` such that every rank holds ``checkpoint_F.pt`` in its
+    :func:`rank_checkpoint_dir` (``None`` if there is none); the same on every rank.
+
+    Ranks write their checkpoints independently, so a kill can leave rank 0 one checkpoint
+    ahead of another rank: the resume then uses the previous one (runs keep ``n_saved >= 2``).
+    Each rank lists only its own folder, so this works without a shared file system.
+    """
+    mine = _steps(rank_checkpoint_dir(ckpt_dir, idist.get_rank()))
+    if idist.get_world_size() == 1:
+        return mine[-1] if mine else None
+    width = int(idist.all_reduce(torch.tensor([len(mine)], dtype=torch.int64), op="MAX").item())
+    if width == 0:
+        return None
+    padded = torch.full((1, width), -1, dtype=torch.int64)
+    padded[0, : len(mine)] = torch.tensor(mine, dtype=torch.int64)
+    rows = idist.all_gather(padded).tolist()
+    common = set.intersection(*({s for s in row if s >= 0} for row in rows))
+    return max(common) if common else None
+
+
+# -- launching ---------------------------------------------------------------------------------
+def default_backend() -> str:
+    """``"nccl"`` when CUDA is available, ``"gloo"`` otherwise."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for the rendezvous of processes spawned here)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launched_externally() -> bool:
+    """Whether this process was started by a launcher such as ``torchrun`` (``RANK`` and
+    ``WORLD_SIZE`` set in the environment) and no process group exists yet."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and idist.get_world_size() == 1
+
+
+def run_parallel(
+    fn: Callable[..., Any],
+    *args: Any,
+    nproc_per_node: int | None = None,
+    backend: str | None = None,
+    nnodes: int | None = None,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    **kwargs: Any,
+) -> None:
+    """Run ``fn(local_rank, *args, **kwargs)`` in every process of a process group.
+
+    - Launched by ``torchrun`` (see :func:`launched_externally`): joins its group
+      (``idist.Parallel(backend)``) and runs ``fn`` here; ``nproc_per_node`` must be ``None``.
+    - Otherwise spawns ``nproc_per_node`` processes (``idist.Parallel(backend, nproc_per_node,
+      ...)``), on a free local port unless ``master_port`` is given (several machines:
+      ``nnodes``, ``node_rank``, ``master_addr`` and ``master_port``, one call per machine).
+
+    ``fn`` must be importable by the spawned processes (a module-level function) and its
+    arguments picklable. A process that fails stops the others; the error is raised here
+    (``torch.multiprocessing.ProcessExitedException`` carries the exit code).
+
+    Args:
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU); default :func:`default_backend`.
+    """
+    backend = backend or default_backend()
+    if launched_externally():
+        if nproc_per_node not in (None, 1):
+            raise ValueError(
+                "run_parallel: this process was started by torchrun (RANK and WORLD_SIZE are set); "
+                f"let torchrun spawn the processes and drop nproc_per_node={nproc_per_node}"
+            )
+        with idist.Parallel(backend=backend) as parallel:
+            parallel.run(fn, *args, **kwargs)
+        return
+    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+        raise ValueError(f"run_parallel: argument nproc_per_node must be a positive int, got {nproc_per_node!r}")
+    if master_port is None and (nnodes or 1) == 1:
+        master_port = free_port()
+    with idist.Parallel(
+        backend=backend, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+        master_addr=master_addr, master_port=master_port,
+    ) as parallel:
+        parallel.run(fn, *args, **kwargs)
+
+
+def rank_disk_saver(ckpt_dir: str | Path) -> Any:
+    """An :class:`~engine_rl.checkpoint.AtomicDiskSaver` writing this rank's checkpoints into
+    its :func:`rank_checkpoint_dir` (created now); it writes nothing on the other ranks."""
+    from engine_rl.checkpoint import AtomicDiskSaver
+
+    rank = idist.get_rank()
+    folder = rank_checkpoint_dir(ckpt_dir, rank)
+    folder.mkdir(parents=True, exist_ok=True)
+    saver = AtomicDiskSaver(folder)
+    saver.save_on_rank = rank
+    return saver
+
+
+def resume_path(ckpt_dir: str | Path, resume: bool | str | Path) -> Path | None:
+    """This rank's checkpoint file to resume from, or ``None`` if the run has none yet.
+
+    Args:
+        ckpt_dir: the run's checkpoint folder (rank 0's).
+        resume: ``True`` for the newest checkpoint every rank holds
+            (:func:`common_checkpoint_step`), or rank 0's file (``ckpt_dir/checkpoint_F.pt``),
+            which names the step for all ranks.
+
+    Raises:
+        ValueError: the run in ``ckpt_dir`` had another number of processes than this one.
+    """
+    world, rank = idist.get_world_size(), idist.get_rank()
+    saved = saved_world_size(ckpt_dir)
+    if world > 1:  # without a shared file system each machine sees the folders of its own ranks only
+        saved = int(idist.all_reduce(torch.tensor([saved]), op="MAX").item())
+    if saved != world:
+        raise ValueError(
+            f"--resume: {ckpt_dir} holds a run of {saved} process(es) and this run has {world}; "
+            f"resume it with --nproc {saved} (each process keeps its own envs and replay shard)"
+        )
+    if isinstance(resume, (str, Path)) and not isinstance(resume, bool):
+        path = Path(resume)
+        return rank_checkpoint_dir(path.parent, rank) / path.name
+    step = common_checkpoint_step(ckpt_dir)
+    return None if step is None else rank_checkpoint_dir(ckpt_dir, rank) / f"checkpoint_{step}.pt"

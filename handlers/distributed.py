@@ -1,0 +1,300 @@
+"""Handlers that make a recipe's trainer data-parallel across the ranks of a process group.
+
+:func:`make_data_parallel` wires them all into a trainer a recipe has built (the runner calls
+it when ``idist.get_world_size() > 1``); the maths is in :mod:`engine_rl.distributed`.
+
+================================  =====================================  ======================================
+handler                           event (position)                       does
+================================  =====================================  ======================================
+:class:`FrameSync`                ``BATCH_COLLECTED`` (first)            ``state.frames`` = frames of all ranks
+:class:`GradientSync`             ``BACKWARD_COMPLETED`` (first)         average gradients before clipping/step
+:class:`EpochStopSync`            ``EPOCH_DONE`` (last)                  one rank ends the epochs: all do
+:class:`AllReducedEpisodeStats`   ``BATCH_COLLECTED``                    ``train_return_mean``... of all ranks
+:class:`EvalSync`                 evaluator ``ITERATION_COMPLETED``      scores over the episodes of all ranks
+                                  (first)
+:class:`GatheredUpdates`          (wraps a normalizer)                   statistics from all ranks' batches
+================================  =====================================  ======================================
+
+"First" handlers run before those the recipe attached to the same event (frames before
+schedules and frame-based evaluations, averaged gradients before ``GradClipper`` and NaN
+guards, gathered scores before ``EarlyStopping`` and best-policy checkpoints), so every rank
+takes the same decisions: a decision taken on one rank alone would leave the others waiting in
+a collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Engine, Events
+from torch import nn
+
+from engine_rl.checkpoint import attached_objects
+from engine_rl.distributed import (
+    GradientAllReduce,
+    broadcast_tensors,
+    gather_rows,
+    module_tensors,
+)
+from engine_rl.evaluation import EVAL_METRICS
+from engine_rl.events import RLEvents
+from handlers.episodes import EpisodeStats, finished_episodes
+from handlers.kl_stop import KLEarlyStop
+from handlers.normalization import ObservationNormalizer
+
+__all__ = [
+    "AllReducedEpisodeStats",
+    "EpochStopSync",
+    "EvalSync",
+    "FrameSync",
+    "GatheredUpdates",
+    "GradientSync",
+    "add_handler_first",
+    "make_data_parallel",
+]
+
+
+def add_handler_first(engine: Engine, event: Any, handler: Any) -> None:
+    """``engine.add_event_handler(event, handler)``, moved before the handlers already there."""
+    engine.add_event_handler(event, handler)
+    handlers = engine._event_handlers[event]
+    handlers.insert(0, handlers.pop())
+
+
+class FrameSync:
+    """Make ``state.frames`` count the frames collected by all ranks.
+
+    The trainer adds its own batch's frames before ``BATCH_COLLECTED``; this handler (first on
+    that event) replaces that increment by the sum over the ranks, so frame budgets, frame
+    schedules, ``every_frames`` evaluations and logs all see the run's total. One all-reduce of
+    one number per batch.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from engine_rl import create_trainer
+        >>> w = torch.nn.Parameter(torch.zeros(()))
+        >>> data = [TensorDict({"x": torch.zeros(4)}, [4])] * 3
+        >>> trainer = create_trainer(data, lambda td: {"loss": w * 0}, torch.optim.SGD([w], lr=0.1))
+        >>> _ = FrameSync().attach(trainer)
+        >>> trainer.run(max_epochs=1).frames  # one process: its own frames
+        12
+    """
+
+    def __init__(self) -> None:
+        self._synced = 0
+
+    def _start(self, engine: Engine) -> None:
+        self._synced = int(engine.state.frames)
+
+    def __call__(self, engine: Engine) -> None:
+        local = int(engine.state.frames) - self._synced
+        total = local if idist.get_world_size() == 1 else int(idist.all_reduce(torch.tensor([local])).item())
+        engine.state.frames = self._synced + total
+        self._synced = engine.state.frames
+
+    def attach(self, engine: Engine) -> FrameSync:
+        engine.add_event_handler(Events.STARTED, self._start)
+        add_handler_first(engine, RLEvents.BATCH_COLLECTED, self)
+        return self
+
+
+class GradientSync:
+    """Average the gradients of the trainer's optimizers over the ranks after each backward
+    (first on ``BACKWARD_COMPLETED``, so clipping and NaN checks see the averaged gradients).
+
+    Args:
+        parameters: what to average (default at :meth:`attach`: ``trainer.optimizers``); see
+            :class:`~engine_rl.distributed.GradientAllReduce`.
+    """
+
+    def __init__(self, parameters: Iterable[Any] | None = None) -> None:
+        self.all_reduce = None if parameters is None else GradientAllReduce(parameters)
+
+    def __call__(self, _: Engine) -> None:
+        self.all_reduce()
+
+    def attach(self, engine: Engine) -> GradientSync:
+        if self.all_reduce is None:
+            optimizers = getattr(engine, "optimizers", None)
+            if not optimizers:
+                raise ValueError(
+                    "GradientSync.attach: the engine has no optimizers attribute (an RLTrainer has); "
+                    "pass the parameters to GradientSync(parameters)"
+                )
+            self.all_reduce = GradientAllReduce(optimizers)
+        add_handler_first(engine, RLEvents.BACKWARD_COMPLETED, self)
+        return self
+
+
+class EpochStopSync:
+    """End a batch's optim epochs on every rank when a handler ended them on one (e.g.
+    ``KLEarlyStop`` on a rank whose KL estimate crossed the threshold): an OR of
+    ``state.end_optim_epochs`` over the ranks, last on ``EPOCH_DONE``.
+
+    One all-reduce per optim epoch: PPO's default (20 one-minibatch epochs per batch) ran 20%
+    slower with it on the 2-core box, so :func:`make_data_parallel` attaches it only where
+    needed (see its ``sync_epoch_stops``)."""
+
+    def __call__(self, engine: Engine) -> None:
+        flag = torch.tensor([int(bool(engine.state.end_optim_epochs))])
+        engine.state.end_optim_epochs = bool(idist.all_reduce(flag, op="MAX").item())
+
+    def attach(self, engine: Engine) -> EpochStopSync:
+        engine.add_event_handler(RLEvents.EPOCH_DONE, self)
+        return self
+
+
+class AllReducedEpisodeStats(EpisodeStats):
+    """:class:`handlers.EpisodeStats` over the episodes that ended on all ranks in this batch:
+    mean and population std of their returns, mean length (each episode weighs the same,
+    whichever rank ran it), and ``episodes`` counts the episodes of all ranks. One all-reduce
+    per batch (every rank takes part, with or without finished episodes)."""
+
+    def __call__(self, engine: Engine) -> None:
+        returns, lengths = finished_episodes(engine.state.batch)
+        r, length = returns.double(), lengths.double()
+        sums = torch.stack([torch.tensor(float(r.numel()), dtype=torch.float64), r.sum(), (r * r).sum(), length.sum()])
+        if idist.get_world_size() > 1:
+            sums = idist.all_reduce(sums)
+        n, s, ss, ls = sums.tolist()
+        if n == 0:
+            return
+        mean = s / n
+        self.episodes += int(n)
+        m = engine.state.metrics
+        m["train_return_mean"] = mean
+        m["train_return_std"] = max(ss / n - mean * mean, 0.0) ** 0.5 if n > 1 else 0.0
+        m["train_length_mean"] = ls / n
+        m["episodes"] = self.episodes
+
+
+class EvalSync:
+    """Score each evaluation over the episodes of all ranks: on the evaluator's
+    ``ITERATION_COMPLETED`` (first), gather every rank's episode returns and lengths
+    (``state.output``) and recompute ``evaluator.state.metrics`` from them, as one evaluator
+    running all the episodes would. Handlers on the evaluator's ``COMPLETED`` (best-policy
+    checkpoint, ``EarlyStopping``) and :class:`handlers.ValidationRollout` then read the same
+    scores on every rank."""
+
+    def __call__(self, evaluator: Engine) -> None:
+        output = evaluator.state.output
+        returns = gather_rows(output["return"]).double()
+        lengths = gather_rows(output["length"])
+        evaluator.state.output = {**output, "return": returns.float(), "length": lengths}
+        stats = torch.stack([
+            returns.mean(), returns.std(correction=0), returns.min(), returns.max(), lengths.double().mean()
+        ]).tolist()
+        evaluator.state.metrics.update(zip(EVAL_METRICS, stats))
+
+    def attach(self, evaluator: Engine) -> EvalSync:
+        add_handler_first(evaluator, Events.ITERATION_COMPLETED, self)
+        return self
+
+
+class GatheredUpdates:
+    """A stand-in for a running-statistics object (e.g. a
+    :class:`~engine_rl.normalization.Normalizer`) whose ``update(x)`` folds in the ``x`` of all
+    ranks (gathered along dim 0, in rank order), so the statistics stay identical on every rank.
+    Everything else (``state_dict``, ``mean``, ``frozen``...) is the wrapped object's.
+
+    Examples:
+        >>> from engine_rl.normalization import Normalizer
+        >>> norm = GatheredUpdates(Normalizer((1,), epsilon=0.0))
+        >>> norm.update(torch.tensor([[1.0], [3.0]]))  # one process: its own batch
+        >>> norm.mean.tolist(), norm.target.count.item()
+        ([2.0], 2.0)
+        >>> norm.frozen = True
+        >>> norm.target.frozen
+        True
+    """
+
+    def __init__(self, target: Any) -> None:
+        if not callable(getattr(target, "update", None)):
+            raise TypeError(f"GatheredUpdates: argument target has no update(x) method: {type(target).__name__}")
+        self.target = target
+
+    def update(self, x: torch.Tensor) -> None:
+        self.target.update(gather_rows(x))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            target = self.__dict__["target"]
+        except KeyError:  # (while unpickling or copying)
+            raise AttributeError(name) from None
+        return getattr(target, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "target":
+            object.__setattr__(self, name, value)
+        else:  # e.g. ``handler.normalizer.frozen = True`` reaches the normalizer
+            setattr(self.target, name, value)
+
+
+def make_data_parallel(
+    trainer: Engine,
+    *,
+    modules: Iterable[nn.Module] = (),
+    evaluators: Iterable[Engine] = (),
+    sync_epoch_stops: bool | None = None,
+) -> dict[str, Any]:
+    """Wire data-parallel training into ``trainer`` (built by a recipe, before the runner's own
+    handlers): broadcast rank 0's weights, then attach :class:`FrameSync`, :class:`GradientSync`,
+    :class:`EpochStopSync` (see ``sync_epoch_stops``), :class:`EvalSync` on ``evaluators`` and on
+    the evaluator of every attached ``ValidationRollout``, and make every attached
+    ``ObservationNormalizer`` learn from the batches of all ranks (:class:`GatheredUpdates`).
+
+    Episode statistics are the runner's: attach :class:`AllReducedEpisodeStats` instead of
+    ``EpisodeStats``. Each rank's collector, replay buffer and samplers stay its own.
+
+    Args:
+        modules: models whose parameters and buffers rank 0 broadcasts (target networks and
+            normalizers included); the optimizers' parameters are always broadcast.
+        evaluators: more evaluators to score over all ranks.
+        sync_epoch_stops: attach :class:`EpochStopSync`. ``None``: when the trainer runs several
+            optim epochs per batch and a ``KLEarlyStop`` is attached. Pass ``True`` if another
+            handler may set ``state.end_optim_epochs`` on some ranks only: without the sync the
+            ranks would run different numbers of optim steps and wait for each other forever.
+
+    Returns:
+        The attached handlers by name.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from engine_rl import create_trainer
+        >>> net = torch.nn.Linear(2, 1)
+        >>> data = [TensorDict({"x": torch.ones(4, 2)}, [4])] * 2
+        >>> trainer = create_trainer(data, lambda td: {"loss": net(td["x"]).mean()},
+        ...                          torch.optim.SGD(net.parameters(), lr=0.1))
+        >>> sorted(make_data_parallel(trainer, modules=[net]))  # in one process every handler is a no-op
+        ['evaluators', 'frames', 'gradients']
+        >>> trainer.run(max_epochs=1).frames
+        8
+    """
+    tensors = module_tensors(*[m for m in modules if isinstance(m, nn.Module)])
+    seen = {id(t) for t in tensors}
+    for opt in getattr(trainer, "optimizers", []):
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    tensors.append(p)
+    broadcast_tensors(tensors)
+
+    attached: dict[str, Any] = {"frames": FrameSync().attach(trainer), "gradients": GradientSync().attach(trainer)}
+    objects = attached_objects(trainer)
+    if sync_epoch_stops is None:
+        sync_epoch_stops = getattr(trainer, "num_epochs", 1) > 1 and any(isinstance(o, KLEarlyStop) for o in objects)
+    if sync_epoch_stops:
+        attached["epoch_stop"] = EpochStopSync().attach(trainer)
+    evaluators = list(evaluators)
+    for obj in objects:
+        evaluator = getattr(obj, "evaluator", None)
+        if isinstance(evaluator, Engine) and all(evaluator is not e for e in evaluators):
+            evaluators.append(evaluator)
+        if isinstance(obj, ObservationNormalizer) and not isinstance(obj.normalizer, GatheredUpdates):
+            obj.normalizer = GatheredUpdates(obj.normalizer)
+    attached["evaluators"] = [EvalSync().attach(e) for e in evaluators]
+    return attached
