@@ -15,8 +15,12 @@ train RECIPE ...`` on each (no ``--nproc``), or ``engine-rl train RECIPE --nproc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import socket
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import ignite.distributed as idist
 import torch
@@ -28,6 +32,9 @@ from engine_rl.distributed import launched_externally, run_parallel
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.runner import RunError, load_run_config, make_config, train
+
+#: Where a bare ``--visdom`` posts (and where it starts a server if none answers).
+DEFAULT_VISDOM_URL = "http://127.0.0.1:8097"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,9 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1: on 2 shared cores 1 thread is the safe choice)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--visdom", nargs="?", const="http://127.0.0.1:8097", default=None, metavar="URL",
-                   help="plot the run live on a visdom server (default URL http://127.0.0.1:8097; "
-                        "start one with `engine-rl dashboard`); one env per run, named after --out")
+    t.add_argument("--visdom", nargs="?", const=DEFAULT_VISDOM_URL, default=None, metavar="URL",
+                   help="plot the run live on a visdom server (default URL http://127.0.0.1:8097; with no URL "
+                        "and no server there, one is started for the run); one env per run, named after --out")
     t.add_argument("--resume", nargs="?", const=True, default=False, metavar="PATH",
                    help="continue the run in --out from its newest checkpoint (or from PATH), with its saved config")
     t.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
@@ -95,8 +102,13 @@ def run(args: argparse.Namespace) -> int:
             "checkpoint_every": args.checkpoint_every, "until_frames": args.until_frames, "patience": args.patience,
         },
     }
-    if parallel is None:
-        return _train_and_report(job)
+    with _local_dashboard(args.visdom, out):
+        if parallel is None:
+            return _train_and_report(job)
+        return _train_parallel(job, parallel)
+
+
+def _train_parallel(job: dict, parallel: dict) -> int:
     try:
         run_parallel(_worker, job, **parallel)
     except ProcessExitedException as err:  # the failing process printed its error
@@ -105,6 +117,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"engine-rl: error: a training process failed:{err}", file=sys.stderr)
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _local_dashboard(visdom: str | None, out: str) -> Iterator[None]:
+    """With a bare ``--visdom`` and nothing listening on 127.0.0.1:8097, run a local visdom
+    server (offline, loopback only) for the duration of the run, so one flag gives live plots."""
+    if visdom != DEFAULT_VISDOM_URL or _listening("127.0.0.1", 8097):
+        yield
+        return
+    from engine_rl.dashboard import VisdomServer
+
+    try:
+        server = VisdomServer(port=8097).start()
+    except Exception as err:  # the dashboard must never stop training
+        print(f"engine-rl: warning: could not start a visdom server ({err}); training without live plots",
+              file=sys.stderr)
+        yield
+        return
+    name = Path(out).resolve().name
+    print(f"engine-rl: dashboard at {server.env_url(name)} (stops with this run; "
+          f"`engine-rl dashboard` then `engine-rl dashboard --replay {out}` shows it again)", file=sys.stderr)
+    try:
+        yield
+    finally:
+        server.stop()
+
+
+def _listening(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
 
 
 def _parallel_options(args: argparse.Namespace) -> dict | None:

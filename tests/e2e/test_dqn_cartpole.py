@@ -80,3 +80,21 @@ def test_dqn_cartpole_solves_within_50k_frames(tmp_path):
     summary = train("dqn-cartpole", make_config("dqn-cartpole", {"seed": 0}), tmp_path, progress=False)
     assert summary["frames"] == 50_176  # 196 batches of 256
     assert summary["eval_return_mean"] >= 475, summary
+
+
+def test_bare_visdom_flag_starts_a_local_server_for_the_run(tmp_path, capsys):
+    pytest.importorskip("visdom", reason="the visdom extra is not installed")
+    from engine_rl.commands.train import _listening
+    from engine_rl.dashboard import missing_assets
+
+    if _listening("127.0.0.1", 8097):
+        pytest.skip("something already listens on 127.0.0.1:8097")
+    if missing_assets():
+        pytest.skip("visdom's page assets are not installed (engine-rl dashboard --install-assets)")
+    out = tmp_path / "vis"
+    rc = main(["train", "dqn-cartpole", "--frames", "1024", "--out", str(out), "--no-progress", "--visdom",
+               "--set", "learning_starts=512", "--set", "eval_episodes=2"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "engine-rl: dashboard at http://127.0.0.1:8097/env/vis (stops with this run" in err
+    assert "DashboardWarning" not in err and not _listening("127.0.0.1", 8097)
