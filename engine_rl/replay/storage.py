@@ -203,6 +203,28 @@ class TensorStorage:
         index = torch.arange(start, end, dtype=torch.int64)
         return index if end <= cap else index.remainder_(cap)
 
+    def advance(self, n: int) -> torch.Tensor:
+        """Count ``n`` rows that were written straight into :attr:`data` at the cursor (by another
+        process sharing it, see :class:`engine_rl.collectors.SharedReplayBuffer`): move the
+        cursor and size as :meth:`extend` would, without copying. Returns their positions.
+
+        Examples:
+            >>> storage = TensorStorage(3)
+            >>> _ = storage.extend({("obs",): torch.zeros(1, 1)})
+            >>> storage.data[("obs",)][1:3] = torch.tensor([[5.0], [6.0]])  # a writer fills rows 1, 2
+            >>> storage.advance(2).tolist(), len(storage), storage.cursor
+            ([1, 2], 3, 0)
+        """
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 0 <= n <= self._capacity:
+            raise ValueError(f"{self._name}.advance: n must be an int in [0, {self._capacity}], got {n!r}")
+        if not self._data:
+            raise ValueError(f"{self._name}.advance: nothing allocated yet; call extend() first")
+        start, end = self._cursor, self._cursor + int(n)
+        self._cursor = end % self._capacity
+        self._size = min(self._size + int(n), self._capacity)
+        index = torch.arange(start, end, dtype=torch.int64)
+        return index if end <= self._capacity else index.remainder_(self._capacity)
+
     def get(self, index: torch.Tensor, *, extra: Mapping[str, torch.Tensor] | None = None) -> TensorDict:
         """Gather rows ``index`` into a TensorDict of batch size ``[len(index)]`` on :attr:`device`.
 

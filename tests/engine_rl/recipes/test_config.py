@@ -7,7 +7,7 @@ from engine_rl.recipes.config import apply_overrides, describe_config, field_doc
 def test_overrides_types_and_errors():
     cfg = apply_overrides(DQNConfig(), ["lr=3e-4", "num_envs=16", "hidden=(32, 32)", "prioritized=true", "frames_per_batch=512"])
     assert (cfg.lr, cfg.num_envs, cfg.hidden, cfg.prioritized) == (3e-4, 16, (32, 32), True)
-    with pytest.raises(ValueError, match=r"unknown key 'lrr'; valid keys: alpha, batch_size"):
+    with pytest.raises(ValueError, match=r"unknown key 'lrr'; valid keys: alpha, async_collection, batch_size"):
         apply_overrides(DQNConfig(), ["lrr=1"])
     with pytest.raises(ValueError, match=r"override num_envs='eight' is not a valid int"):
         apply_overrides(DQNConfig(), ["num_envs=eight"])
