@@ -31,7 +31,8 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.collectors.stepper import EnvError, GymStepper, Policy, policy_device
-from engine_rl.keys import NestedKey, format_key
+from engine_rl.collectors.weights import load_policy_weights
+from engine_rl.keys import NestedKey
 
 __all__ = ["EnvError", "GymCollector", "GymStepper", "Policy", "policy_device"]
 
@@ -198,34 +199,7 @@ class GymCollector:
                 collector's policy is the learner's module itself (same device), which already
                 holds the newest weights.
         """
-        if weights is None:
-            return
-        policy = self.policy
-        if not isinstance(policy, nn.Module):
-            raise TypeError(
-                f"GymCollector.update_policy_weights_: the policy must be an nn.Module to receive "
-                f"weights, got {type(policy).__name__}"
-            )
-        if isinstance(weights, nn.Module):
-            weights = TensorDict.from_module(weights)
-        with torch.no_grad():
-            if isinstance(weights, TensorDictBase):
-                dest = TensorDict.from_module(policy)
-                got = {format_key(k) for k in weights.keys(include_nested=True, leaves_only=True)}
-                want = {format_key(k) for k in dest.keys(include_nested=True, leaves_only=True)}
-                if got != want:
-                    raise KeyError(
-                        "GymCollector.update_policy_weights_: the weights do not match the policy: "
-                        f"missing {sorted(want - got)}, unexpected {sorted(got - want)}"
-                    )
-                dest.update_(weights)
-            elif isinstance(weights, Mapping):
-                policy.load_state_dict(weights)
-            else:
-                raise TypeError(
-                    "GymCollector.update_policy_weights_: weights must be a TensorDict, a "
-                    f"state_dict, an nn.Module or None, got {type(weights).__name__}"
-                )
+        load_policy_weights(self.policy, weights, owner="GymCollector.update_policy_weights_")
 
     def set_seed(self, seed: int | None) -> None:
         """Reset every env with ``seed`` before the next batch (copy ``i`` gets ``seed + i``),
