@@ -25,6 +25,7 @@ handler                       default event                        does
 :class:`ObservationNormalizer` ``RLEvents.BATCH_COLLECTED``        running obs statistics
 :class:`RewardNormalizer`     ``RLEvents.BATCH_COLLECTED``         discounted-return reward scaling
 :class:`NaNGuard`             ``RLEvents.BACKWARD_COMPLETED`` ...  stop on NaN/Inf, naming the key
+``distributed.make_data_parallel`` several                     gradient all-reduce, synced stats
 :func:`attach_dashboard`      ``Events.ITERATION_COMPLETED``       live visdom plots (off-thread)
 ============================  ===================================  ==============================
 """
