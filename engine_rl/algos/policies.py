@@ -15,6 +15,7 @@ collection, training and evaluation apply the same transform and checkpoints hol
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -59,7 +60,7 @@ def orthogonal_init_(module: nn.Module, *, gain: float = math.sqrt(2), last_gain
     return module
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
     """Base of the actor-critic policies: acting, evaluating actions, values.
 
     Subclasses define the distribution through :meth:`_sample`, :meth:`_mode` and
@@ -106,14 +107,17 @@ class ActorCritic(nn.Module):
         return keys + (["state_value"] if self.write_value else [])
 
     # -- distribution (subclasses) --------------------------------------------------------
+    @abc.abstractmethod
     def _sample(self, params: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        """Implemented by each distribution family."""
 
+    @abc.abstractmethod
     def _mode(self, params: Any) -> torch.Tensor:
-        raise NotImplementedError
+        """Implemented by each distribution family."""
 
+    @abc.abstractmethod
     def _log_prob_entropy(self, params: Any, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        """Implemented by each distribution family."""
 
     # -- public ---------------------------------------------------------------------------
     def normalize(self, observation: torch.Tensor) -> torch.Tensor:
