@@ -99,7 +99,8 @@ class RLTrainer(Engine):
         self.optim_steps_per_batch = optim_steps_per_batch
         self.device = device
         self._epoch_length = epoch_length
-        self._loss_name = getattr(loss_module, "__class__", type(loss_module)).__name__
+        # a function by its name; a module (or another callable object) by its class
+        self._loss_name = getattr(loss_module, "__name__", None) or type(loss_module).__name__
         self._loss_keys_checked = False
         self.register_events(*RLEvents, event_to_attr=RL_EVENT_TO_ATTR)
         for name in RL_COUNTERS:
