@@ -17,10 +17,9 @@ from pathlib import Path
 
 from engine_rl.checkpoint import CheckpointError, InferenceState, attached_objects, load_inference
 from engine_rl.collectors import make_vec_env
-from engine_rl.evaluation import create_evaluator
+from engine_rl.evaluation import Evaluator, create_evaluator
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config
-from handlers.validation import ValidationRollout
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,10 +43,13 @@ def evaluate_checkpoint(path: str | Path, *, episodes: int | None = None, seed: 
             InferenceState(setup.eval_policy, normalizer=getattr(setup, "normalizer", None)).load_state_dict(state)
         except Exception as err:  # noqa: BLE001
             raise CheckpointError(f"checkpoint {path}: the policy does not load into recipe {recipe.name!r}: {err}") from err
-        validation = next((o for o in attached_objects(setup.trainer) if isinstance(o, ValidationRollout)), None)
-        if validation is not None:
-            evaluator = validation.evaluator
-        else:
+        # the recipe's own evaluator (the one its ValidationRollout drives), found by type so the
+        # CLI needs no import of the handlers package
+        evaluator = next(
+            (o.evaluator for o in attached_objects(setup.trainer) if isinstance(getattr(o, "evaluator", None), Evaluator)),
+            None,
+        )
+        if evaluator is None:
             n = episodes or getattr(config, "eval_episodes", 10)
             env = make_vec_env(config.env_id, min(n, 16))
             setup.closers.append(env.close)
