@@ -16,10 +16,9 @@ import pytest
 import torch
 
 from engine_rl.cli import main
+from support.compare import differences, log
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Metrics that measure time, not training: they differ between any two runs.
-TIMING = {"fps", "optim_steps_per_s", "time"}
 
 
 def cli(*args: str, launcher: tuple[str, ...] = ("-m", "engine_rl"), timeout: int = 300) -> dict:
@@ -31,20 +30,6 @@ def cli(*args: str, launcher: tuple[str, ...] = ("-m", "engine_rl"), timeout: in
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def differences(a, b, path=""):
-    """Paths where two checkpoint trees differ (tensors bitwise; timing metrics skipped)."""
-    if isinstance(a, torch.Tensor):
-        same = isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-        return [] if same else [path]
-    if isinstance(a, dict):
-        if not isinstance(b, dict) or set(a) != set(b):
-            return [f"{path}: keys differ"]
-        return [d for k in a if k not in TIMING for d in differences(a[k], b[k], f"{path}[{k!r}]")]
-    if isinstance(a, (list, tuple)):
-        if not isinstance(b, (list, tuple)) or len(a) != len(b):
-            return [f"{path}: lengths differ"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
-    return [] if a == b or (a != a and b != b) else [f"{path}: {a!r} != {b!r}"]
 
 
 def shared(state: dict) -> dict:
@@ -58,8 +43,6 @@ def rank_states(out: Path, frames: int) -> list[dict]:
     return [torch.load(folder / f"checkpoint_{frames}.pt", weights_only=True) for folder in folders]
 
 
-def log(path: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in path.read_text().splitlines()]
 
 
 def test_two_process_dqn_keeps_replay_shards_and_identical_weights(tmp_path, capsys):

@@ -20,8 +20,8 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from engine_rl.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint
 from engine_rl.cli import main
+from support.compare import differences, log
 
-TIMING = {"fps", "optim_steps_per_s", "time"}
 TOTAL = 6144  # 24 batches of 256 frames; a checkpoint every 2 batches
 ARGS = ["--frames", str(TOTAL), "--seed", "1", "--set", "learning_starts=512", "--set", "optim_steps_per_batch=16",
         "--set", "hidden=(32,32)", "--set", "buffer_size=4096", "--set", "prioritized=true", "--set", "eval_every=4",
@@ -29,23 +29,8 @@ ARGS = ["--frames", str(TOTAL), "--seed", "1", "--set", "learning_starts=512", "
 EVERY_FRAMES = 2 * 256
 
 
-def differences(a, b, path=""):
-    if isinstance(a, torch.Tensor):
-        same = isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-        return [] if same else [path]
-    if isinstance(a, dict):
-        if not isinstance(b, dict) or set(a) != set(b):
-            return [f"{path}: keys differ"]
-        return [d for k in a if k not in TIMING for d in differences(a[k], b[k], f"{path}[{k!r}]")]
-    if isinstance(a, (list, tuple)):
-        if not isinstance(b, (list, tuple)) or len(a) != len(b):
-            return [f"{path}: lengths differ"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
-    return [] if a == b or (a != a and b != b) else [f"{path}: {a!r} != {b!r}"]
 
 
-def log(path):
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in path.read_text().splitlines()]
 
 
 def resume(out, capsys, *extra):
