@@ -10,7 +10,7 @@ from torch import nn
 
 from engine_rl.keys import present_keys
 
-__all__ = ["EpsilonGreedy", "LinearSchedule"]
+__all__ = ["EpsilonGreedy", "LinearSchedule", "SeededPolicyWrapper"]
 
 
 class LinearSchedule:
@@ -42,7 +42,34 @@ class LinearSchedule:
         return f"LinearSchedule(start={self.start}, end={self.end}, steps={self.steps})"
 
 
-class EpsilonGreedy(nn.Module):
+class SeededPolicyWrapper(nn.Module):
+    """Base of policy wrappers that count the frames they act on and draw from their own CPU
+    generator: both are saved in the module's ``state_dict`` (extra state: an int and a uint8
+    tensor, loadable with ``weights_only=True``).
+
+    Args:
+        seed: seed of the generator (``None``: drawn from torch's global generator, so
+            ``torch.manual_seed`` makes runs repeatable).
+    """
+
+    def __init__(self, *, seed: int | None = None) -> None:
+        super().__init__()
+        self.frames = 0
+        if seed is None:
+            seed = int(torch.randint(2**62, ()).item())
+        self._generator = torch.Generator().manual_seed(seed)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """Frames seen and generator state (an int and a uint8 tensor)."""
+        return {"frames": self.frames, "rng_state": self._generator.get_state()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_extra_state`."""
+        self.frames = int(state["frames"])
+        self._generator.set_state(state["rng_state"])
+
+
+class EpsilonGreedy(SeededPolicyWrapper):
     """Replace a greedy policy's action by a uniform random one with probability ``eps``.
 
     ``eps`` follows :class:`LinearSchedule` ``(eps_start, eps_end, annealing_frames)`` over the
@@ -80,7 +107,7 @@ class EpsilonGreedy(nn.Module):
         annealing_frames: int = 10_000,
         seed: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(seed=seed)
         if not callable(policy):
             raise TypeError(f"EpsilonGreedy: policy must be callable, got {type(policy).__name__}")
         if isinstance(num_actions, bool) or not isinstance(num_actions, int) or num_actions < 1:
@@ -91,10 +118,6 @@ class EpsilonGreedy(nn.Module):
         self.policy = policy
         self.num_actions = num_actions
         self.schedule = LinearSchedule(eps_start, eps_end, annealing_frames)
-        self.frames = 0
-        if seed is None:
-            seed = int(torch.randint(2**62, ()).item())
-        self._generator = torch.Generator().manual_seed(seed)
 
     @property
     def eps(self) -> float:
@@ -124,15 +147,6 @@ class EpsilonGreedy(nn.Module):
                 explore, random_action = explore.to(action.device), random_action.to(action.device)
             out.set("action", torch.where(explore, random_action, action))
         return out
-
-    def get_extra_state(self) -> dict[str, Any]:
-        """Frames seen and generator state (an int and a uint8 tensor)."""
-        return {"frames": self.frames, "rng_state": self._generator.get_state()}
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_extra_state`."""
-        self.frames = int(state["frames"])
-        self._generator.set_state(state["rng_state"])
 
     def extra_repr(self) -> str:
         return f"num_actions={self.num_actions}, schedule={self.schedule!r}, frames={self.frames}"

@@ -28,6 +28,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from engine_rl.algos.networks import mlp
+from engine_rl.exploration import SeededPolicyWrapper
 
 __all__ = ["DeterministicActor", "RandomWarmup", "TanhGaussianActor", "box_bounds"]
 
@@ -242,7 +243,7 @@ class DeterministicActor(nn.Module):
         return td
 
 
-class RandomWarmup(nn.Module):
+class RandomWarmup(SeededPolicyWrapper):
     """Act uniformly at random within the bounds for the first ``frames`` frames, then delegate.
 
     Stable-Baselines3 fills its buffer with uniform random actions before ``learning_starts``;
@@ -280,7 +281,7 @@ class RandomWarmup(nn.Module):
         frames: int,
         seed: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(seed=seed)
         if not callable(policy):
             raise TypeError(f"RandomWarmup: policy must be callable, got {type(policy).__name__}")
         if isinstance(frames, bool) or not isinstance(frames, int) or frames < 0:
@@ -294,12 +295,8 @@ class RandomWarmup(nn.Module):
             )
         self.policy = policy
         self.warmup_frames = frames
-        self.frames = 0
         self.register_buffer("low", low_t, persistent=False)
         self.register_buffer("span", high_t - low_t, persistent=False)
-        if seed is None:
-            seed = int(torch.randint(2**62, ()).item())
-        self._generator = torch.Generator().manual_seed(seed)
 
     @property
     def warming_up(self) -> bool:
@@ -315,15 +312,6 @@ class RandomWarmup(nn.Module):
         u = torch.rand((*td.batch_size, self.low.numel()), generator=self._generator)
         td.set("action", torch.addcmul(self.low, self.span, u.to(self.low.device)))
         return td
-
-    def get_extra_state(self) -> dict[str, Any]:
-        """Frames seen and generator state (an int and a uint8 tensor)."""
-        return {"frames": self.frames, "rng_state": self._generator.get_state()}
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_extra_state`."""
-        self.frames = int(state["frames"])
-        self._generator.set_state(state["rng_state"])
 
     def extra_repr(self) -> str:
         return f"warmup_frames={self.warmup_frames}, frames={self.frames}"
