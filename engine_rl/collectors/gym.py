@@ -21,23 +21,23 @@ kept for the next batch. Batches therefore carry no mask: every one of the
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 from tensordict import TensorDict, TensorDictBase
-from torch import nn
+from torch import nn  # noqa: F401  (the docstring example uses it)
 
 from engine_rl.collectors.stepper import EnvError, GymStepper, Policy, policy_device
-from engine_rl.collectors.weights import load_policy_weights
+from engine_rl.collectors.base import BatchCollector
 from engine_rl.keys import NestedKey
 
 __all__ = ["EnvError", "GymCollector", "GymStepper", "Policy", "policy_device"]
 
 
-class GymCollector:
+class GymCollector(BatchCollector):
     """Collect ``[num_envs, T]`` TensorDict batches from a gymnasium vector env.
 
     Iterating yields batches forever (``T = frames_per_batch // num_envs``), each with
@@ -128,15 +128,6 @@ class GymCollector:
         """Number of env copies."""
         return self._stepper.num_envs
 
-    @property
-    def steps_per_batch(self) -> int:
-        """``T``: frames per env row of a batch."""
-        return self.frames_per_batch // self.num_envs
-
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        while True:
-            yield self.collect()
-
     def collect(self) -> TensorDictBase:
         """Collect and return one batch (what iterating yields)."""
         stepper, t = self._stepper, self.steps_per_batch
@@ -187,19 +178,6 @@ class GymCollector:
         for key, value in entries.items():
             batch.set(key, value)
         return batch
-
-    def update_policy_weights_(
-        self, weights: TensorDictBase | Mapping[str, torch.Tensor] | nn.Module | None = None
-    ) -> None:
-        """Copy weights into :attr:`policy` in place (across devices).
-
-        Args:
-            weights: ``TensorDict.from_module(learner_policy)``, a ``state_dict`` or an
-                ``nn.Module`` with the policy's structure. ``None`` does nothing: use it when the
-                collector's policy is the learner's module itself (same device), which already
-                holds the newest weights.
-        """
-        load_policy_weights(self.policy, weights, owner="GymCollector.update_policy_weights_")
 
     def set_seed(self, seed: int | None) -> None:
         """Reset every env with ``seed`` before the next batch (copy ``i`` gets ``seed + i``),
@@ -265,13 +243,3 @@ class GymCollector:
         else:
             self._reset_seed = self._seed
         self._needs_reset = True
-
-    def shutdown(self) -> None:
-        """Close the env."""
-        self.env.close()
-
-    def __enter__(self) -> GymCollector:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()

@@ -17,7 +17,7 @@ skip, no mask, and ``("next", "observation")`` at a done is the episode's last o
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -25,7 +25,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.collectors.stepper import Policy, policy_device
-from engine_rl.collectors.weights import load_policy_weights
+from engine_rl.collectors.base import BatchCollector
 from engine_rl.envs.base import TorchEnv
 from engine_rl.keys import NestedKey, format_key, present_keys
 
@@ -34,7 +34,7 @@ __all__ = ["TorchEnvCollector"]
 _NEXT = "next"
 
 
-class TorchEnvCollector:
+class TorchEnvCollector(BatchCollector):
     """Collect ``[num_envs, T]`` TensorDict batches from a batched torch env.
 
     Iterating yields batches forever (``T = frames_per_batch // num_envs``) with the keys of
@@ -125,15 +125,6 @@ class TorchEnvCollector:
     def num_envs(self) -> int:
         """Number of env copies."""
         return self._env.num_envs
-
-    @property
-    def steps_per_batch(self) -> int:
-        """``T``: frames per env row of a batch."""
-        return self.frames_per_batch // self.num_envs
-
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        while True:
-            yield self.collect()
 
     def collect(self) -> TensorDictBase:
         """Collect and return one batch (what iterating yields)."""
@@ -271,18 +262,6 @@ class TorchEnvCollector:
                 entries.append((key, tuple(value.shape[1:]), value.dtype))
         return entries
 
-    def update_policy_weights_(
-        self, weights: TensorDictBase | Mapping[str, torch.Tensor] | nn.Module | None = None
-    ) -> None:
-        """Copy weights into :attr:`policy` in place (across devices).
-
-        Args:
-            weights: ``TensorDict.from_module(learner_policy)``, a ``state_dict`` or an
-                ``nn.Module`` with the policy's structure. ``None`` does nothing: use it when the
-                collector's policy is the learner's module itself.
-        """
-        load_policy_weights(self._policy, weights, owner="TorchEnvCollector.update_policy_weights_")
-
     def set_seed(self, seed: int | None) -> None:
         """Reset every env with ``seed`` before the next batch (see :meth:`TorchEnv.reset`)."""
         self._seed = seed
@@ -323,13 +302,3 @@ class TorchEnvCollector:
         seed = state_dict["seed"]
         self._seed = None if seed is None else int(seed)
         self._needs_reset = bool(state_dict["needs_reset"])
-
-    def shutdown(self) -> None:
-        """Close the env."""
-        self._env.close()
-
-    def __enter__(self) -> TorchEnvCollector:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
