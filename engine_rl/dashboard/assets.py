@@ -94,7 +94,7 @@ def missing_assets(static_dir: str | os.PathLike | None = None) -> list[str]:
 
     Examples:
         >>> import tempfile
-        >>> missing = missing_assets(tempfile.mkdtemp())
+        >>> missing = missing_assets(tempfile.mkdtemp() + "/static")  # "../user" inside the temp dir too
         >>> len(missing), missing[0], missing[-1]
         (32, 'js/jquery.min.js', 'version.built')
     """

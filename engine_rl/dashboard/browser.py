@@ -132,7 +132,8 @@ def render_dashboard(
         raise FileNotFoundError("render_dashboard: no chromium executable (Debian: apt-get install chromium)")
     min_points = dict(min_points or {})
     deadline = time.monotonic() + timeout
-    with tempfile.TemporaryDirectory(prefix="engine-rl-chromium-") as profile:
+    # chromium's helper processes may still write the profile while it is removed: best effort
+    with tempfile.TemporaryDirectory(prefix="engine-rl-chromium-", ignore_cleanup_errors=True) as profile:
         cmd = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
                f"--window-size={window_size[0]},{window_size[1]}", "--hide-scrollbars", "about:blank"]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
