@@ -112,18 +112,13 @@ class DQNLoss(nn.Module):
             require_keys(sample, self.in_keys, consumer="DQNLoss")  # raises, naming the missing keys
             raise
 
-        if self.double:
-            # one online forward for s and s' (half the module calls)
-            q_both = self.qnet(torch.cat([obs, next_obs]))
-            q_all, q_next_online = q_both[: obs.shape[0]], q_both[obs.shape[0] :].detach()
-        else:
-            q_all = self.qnet(obs)
-        q_taken = q_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
-
+        q_taken = self.qnet(obs).gather(-1, action.unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():
+            # s' goes through the online net without autograd: backward then covers only the
+            # batch's own rows (a forward of s and s' together would back-propagate both)
             q_next_target = self.target_qnet(next_obs)
             if self.double:
-                next_action = q_next_online.argmax(dim=-1, keepdim=True)
+                next_action = self.qnet(next_obs).argmax(dim=-1, keepdim=True)
                 next_value = q_next_target.gather(-1, next_action).squeeze(-1)
             else:
                 next_value = q_next_target.max(dim=-1).values

@@ -21,6 +21,7 @@ from ignite.handlers import PiecewiseLinear
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
 from engine_rl.collectors import AsyncCollector, GymCollector, SharedReplayBuffer, make_vec_env
 from engine_rl.engine import create_trainer
+from engine_rl.optim import FastAdam
 from engine_rl.exploration import EpsilonGreedy
 from engine_rl.recipes.base import Setup, register
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
@@ -144,7 +145,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     if not cfg.async_collection:
         collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
     loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
-    optimizer = torch.optim.Adam(qnet.parameters(), lr=cfg.lr, fused=True)  # one kernel, not a loop per tensor
+    optimizer = FastAdam(qnet.parameters(), lr=cfg.lr)  # the fused kernel, with a lean step()
 
     total_steps = cfg.num_batches * cfg.optim_steps_per_batch
     sampler = (
