@@ -14,7 +14,7 @@ handler                       default event                        does
 :class:`TargetNetUpdater`     ``RLEvents.OPTIM_STEP_DONE``         hard / soft target update
 :class:`WeightSync`           ``Events.ITERATION_COMPLETED``       learner -> collector weights
 :class:`ValidationRollout`    ``Events.ITERATION_COMPLETED``       ``metrics["eval_return_mean"]``...
-:class:`EpisodeStats`         ``RLEvents.BATCH_COLLECTED``         ``metrics["train_return_mean"]``
+:class:`EpisodeStats`         ``RLEvents.BATCH_COLLECTED``         ``metrics["train_return_mean"]``, info
 :class:`Throughput`           ``Events.ITERATION_COMPLETED``       ``metrics["fps"]``, ``["utd"]``
 :class:`MetricsLogger`        ``Events.ITERATION_COMPLETED``       ``metrics.jsonl`` lines
 :class:`FramesProgressBar`    ``Events.ITERATION_COMPLETED``       tqdm bar over ``state.frames``

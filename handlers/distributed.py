@@ -151,17 +151,26 @@ class AllReducedEpisodeStats(EpisodeStats):
     """:class:`handlers.EpisodeStats` over the episodes that ended on all ranks in this batch:
     mean and population std of their returns, mean length (each episode weighs the same,
     whichever rank ran it), and ``episodes`` counts the episodes of all ranks. One all-reduce
-    per batch (every rank takes part, with or without finished episodes)."""
+    per batch (every rank takes part, with or without finished episodes). Info keys are averaged
+    over the finished episodes of all ranks the same way."""
 
     def __call__(self, engine: Engine) -> None:
         returns, lengths = finished_episodes(engine.state.batch)
         r, length = returns.double(), lengths.double()
-        sums = torch.stack([torch.tensor(float(r.numel()), dtype=torch.float64), r.sum(), (r * r).sum(), length.sum()])
+        info = self.info_values(engine.state.batch)
+        parts = [torch.tensor(float(r.numel()), dtype=torch.float64), r.sum(), (r * r).sum(), length.sum()]
+        for values in info.values():  # info keys: their sums and counts over all ranks
+            parts += [values.sum(), torch.tensor(float(values.numel()), dtype=torch.float64)]
+        sums = torch.stack(parts)
         if idist.get_world_size() > 1:
             sums = idist.all_reduce(sums)
-        n, s, ss, ls = sums.tolist()
+        n, s, ss, ls, *info_sums = sums.tolist()
         if n == 0:
             return
+        for i, key in enumerate(info):
+            total, count = info_sums[2 * i], info_sums[2 * i + 1]
+            if count:
+                engine.state.metrics[f"train_info_{key}"] = total / count
         mean = s / n
         self.episodes += int(n)
         m = engine.state.metrics

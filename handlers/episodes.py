@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
 
 import torch
 from ignite.engine import Engine, Events
 from tensordict import TensorDictBase
 
+from engine_rl.collectors.info import INFO_KEY, check_info_keys
 from engine_rl.engine import MASK_KEY
 from engine_rl.events import RLEvents
 from engine_rl.keys import require_keys
@@ -42,10 +45,31 @@ class EpisodeStats:
     """On ``BATCH_COLLECTED``: mean/std return and mean length of the episodes that finished in
     the batch, as ``train_return_mean``, ``train_return_std``, ``train_length_mean``, plus the
     running count ``episodes``. Batches in which no episode ended leave the last values.
+
+    Env ``info`` scalars recorded by the collector (``GymCollector(..., info_keys=...)``, under
+    ``("next", "info", key)``) are averaged over the same finished episodes, at their last step,
+    as ``train_info_<key>`` (e.g. ``train_info_is_success``); episodes whose last step did not
+    report the key are left out of its mean.
+
+    Args:
+        info_keys: the recorded info entries to report (each must be in the batch).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from types import SimpleNamespace
+        >>> batch = TensorDict({("next", "done"): torch.tensor([False, True, True]),
+        ...                     ("next", "episode_return"): torch.tensor([1.0, 2.0, 4.0]),
+        ...                     ("next", "episode_length"): torch.tensor([1, 2, 4]),
+        ...                     ("next", "info", "is_success"): torch.tensor([0.0, 1.0, 0.0])}, [3])
+        >>> engine = SimpleNamespace(state=SimpleNamespace(batch=batch, metrics={}))
+        >>> EpisodeStats(info_keys=["is_success"])(engine)
+        >>> engine.state.metrics["train_return_mean"], engine.state.metrics["train_info_is_success"]
+        (3.0, 0.5)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, info_keys: Sequence[str] = ()) -> None:
         self.episodes = 0
+        self.info_keys = check_info_keys(info_keys, owner="EpisodeStats")
 
     def attach(self, engine: Engine, *, every: int = 1) -> EpisodeStats:
         engine.add_event_handler(RLEvents.BATCH_COLLECTED(every=every), self)
@@ -62,6 +86,35 @@ class EpisodeStats:
         m["train_return_std"] = float(returns.std(unbiased=False)) if n > 1 else 0.0
         m["train_length_mean"] = float(lengths.float().mean())
         m["episodes"] = self.episodes
+        for key, value in self.info_means(engine.state.batch).items():
+            m[f"train_info_{key}"] = value
+
+    def info_values(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """Per info key, its values (float64) at the last step of the episodes finished in
+        ``batch``, leaving out the episodes that did not report it."""
+        if not self.info_keys:
+            return {}
+        keys = [(*INFO_KEY, key) for key in self.info_keys]
+        require_keys(batch, keys, consumer="EpisodeStats (info_keys; record them with the collector's info_keys)")
+        done = batch[_DONE].reshape(batch.shape)
+        mask = batch.get(MASK_KEY, None)
+        if mask is not None:
+            done = done & mask.reshape(batch.shape)
+        out = {}
+        for key, nested in zip(self.info_keys, keys):
+            values = batch[nested].reshape(batch.shape)[done].double()
+            out[key] = values[~torch.isnan(values)]
+        return out
+
+    def info_means(self, batch: TensorDictBase) -> dict[str, float]:
+        """Mean of each info key over :meth:`info_values` (keys with no value are left out)."""
+        means = {}
+        for key, values in self.info_values(batch).items():
+            if values.numel():
+                mean = float(values.mean())
+                if math.isfinite(mean):
+                    means[key] = mean
+        return means
 
     def state_dict(self) -> dict[str, int]:
         return {"episodes": self.episodes}

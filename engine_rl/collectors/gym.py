@@ -21,7 +21,7 @@ kept for the next batch. Batches therefore carry no mask: every one of the
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,9 @@ class GymCollector(BatchCollector):
         device: where the policy's inputs go; ``None``: the policy's parameters' device.
         storing_device: where batches are returned.
         seed: seed for the first reset (``None``: unseeded).
+        info_keys: scalar entries of the env's ``info`` to record per frame under
+            ``("next", "info", key)`` (NaN where not reported); :class:`handlers.EpisodeStats`
+            averages them over the episodes that finish in a batch.
 
     Examples:
         >>> from engine_rl.collectors import make_vec_env
@@ -82,8 +85,9 @@ class GymCollector(BatchCollector):
         device: torch.device | str | None = None,
         storing_device: torch.device | str = "cpu",
         seed: int | None = None,
+        info_keys: Sequence[str] = (),
     ) -> None:
-        self._stepper = GymStepper(env, policy, device=device, owner="GymCollector")
+        self._stepper = GymStepper(env, policy, device=device, info_keys=info_keys, owner="GymCollector")
         n = self._stepper.num_envs
         if (
             isinstance(frames_per_batch, bool)

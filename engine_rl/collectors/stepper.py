@@ -9,7 +9,7 @@ autoreset rules.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from torch import nn
 
 from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, set_env_state
 from engine_rl.collectors.envs import VecEnvSpec, vec_env_spec
+from engine_rl.collectors.info import INFO_KEY, check_info_keys, info_scalars
 from engine_rl.keys import NestedKey, format_key, present_keys
 
 __all__ = ["EnvError", "GymStepper", "Policy", "policy_device"]
@@ -138,6 +139,9 @@ class GymStepper:
         policy: see :data:`Policy`.
         rows: staging capacity (rows); :meth:`grow` enlarges it.
         device: the policy's device; ``None``: from its parameters (CPU if it has none).
+        info_keys: scalar entries of the env's ``info`` to record, each under
+            ``("next", "info", key)`` (float32, NaN where a copy did not report it; see
+            :func:`~engine_rl.collectors.info.info_scalars`).
         owner: the component named in error messages.
 
     Examples:
@@ -159,11 +163,14 @@ class GymStepper:
         *,
         rows: int = 1,
         device: torch.device | str | None = None,
+        info_keys: Sequence[str] = (),
         owner: str = "GymStepper",
     ) -> None:
         if not callable(policy):
             raise TypeError(f"{owner}: policy must be callable, got {type(policy).__name__}")
         self.owner = owner
+        self.info_keys = check_info_keys(info_keys, owner=owner)
+        self._info_arrays: list[tuple[str, np.ndarray]] = []
         self.spec: VecEnvSpec = vec_env_spec(env, owner=owner)
         self.env = env
         self.policy = policy
@@ -268,6 +275,9 @@ class GymStepper:
         arrays[(_NEXT, "episode_return")][row] = self._ep_return
         arrays[(_NEXT, "episode_length")][row] = self._ep_length
         self.done[...] = done
+        for key, array in self._info_arrays:
+            array[row] = info_scalars(info, key, num_envs=self.num_envs, done=done,
+                                      same_step=not self.next_step_autoreset, owner=self.owner)
         if done.any():
             if not self.next_step_autoreset:  # same-step: next_obs holds the reset observation
                 idx = np.flatnonzero(done)
@@ -379,6 +389,8 @@ class GymStepper:
         for key, dtype in _ENV_KEYS.items():
             is_obs = key in ("observation", (_NEXT, "observation"))
             self.buffers[key] = torch.zeros((rows, n, *obs_shape) if is_obs else (rows, n), dtype=dtype)
+        for key in self.info_keys:
+            self.buffers[(*INFO_KEY, key)] = torch.full((rows, n), float("nan"))
         self.valid = np.zeros((rows, n), dtype=bool)
         self._refresh_views()
 
@@ -430,6 +442,7 @@ class GymStepper:
 
     def _refresh_views(self) -> None:
         self.arrays = {key: buf.numpy() for key, buf in self.buffers.items()}
+        self._info_arrays = [(key, self.arrays[(*INFO_KEY, key)]) for key in self.info_keys]
         if self._policy_keys is not None:
             fast = self._numpy_writable
             self._policy_np = [(k, self.arrays[k]) for k in self._policy_keys if k in fast]

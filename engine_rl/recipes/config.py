@@ -61,6 +61,15 @@ def _coerce(name: str, text: str, annotation: Any, owner: str) -> Any:
             pass
     elif annotation is str:
         return text
+    elif origin is tuple and args and args[0] is str:  # names: "a,b", "('a', 'b')" or "" (none)
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = [part.strip() for part in text.split(",") if part.strip()]
+        if isinstance(value, str):
+            value = (value,)
+        if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
     elif origin is tuple:
         try:
             value = ast.literal_eval(text)

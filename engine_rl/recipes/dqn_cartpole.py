@@ -97,6 +97,9 @@ class DQNConfig:
     async_collection: bool = False
     """Collect in a background process (:class:`~engine_rl.collectors.AsyncCollector`) that writes
     the replay buffer while the learner optimizes; learner weights go to it after every batch."""
+    info_keys: tuple[str, ...] = ()
+    """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
+    finish in each batch (``train_info_<key>`` in metrics.jsonl), e.g. ``--set info_keys=is_success``."""
     seed: int = 0
     """Seed of torch, the collector's envs and exploration, and the replay sampler."""
 
@@ -114,6 +117,8 @@ class DQNConfig:
             raise ValueError(
                 f"DQNConfig: learning_starts ({self.learning_starts}) exceeds total_frames ({self.total_frames})"
             )
+        if self.async_collection and self.info_keys:
+            raise ValueError("DQNConfig: info_keys needs the in-process collector; set async_collection=false")
         if not 0 <= self.eps_end <= self.eps_start <= 1:
             raise ValueError(f"DQNConfig: need 0 <= eps_end <= eps_start <= 1, got {self.eps_end}, {self.eps_start}")
 
@@ -143,7 +148,8 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         annealing_frames=cfg.eps_frames, seed=cfg.seed,
     )
     if not cfg.async_collection:
-        collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
+        collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
+                                 info_keys=cfg.info_keys)
     loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
     optimizer = FastAdam(qnet.parameters(), lr=cfg.lr)  # the fused kernel, with a lean step()
 

@@ -103,6 +103,9 @@ class PPOConfig:
     """Deterministic evaluation episodes per evaluation."""
     eval_seed: int = 10_000
     """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
+    info_keys: tuple[str, ...] = ()
+    """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
+    finish in each batch (``train_info_<key>`` in metrics.jsonl), e.g. ``--set info_keys=is_success``."""
     seed: int = 0
     """Seed of torch, the envs, the policy's sampling and the minibatch shuffling."""
 
@@ -173,7 +176,8 @@ def build_ppo(cfg: PPOConfig) -> Setup:
         env.close()
         raise
     greedy = policy.greedy()
-    collector = GymCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
+    collector = GymCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
+                             info_keys=cfg.info_keys)
     loss = PPOLoss(
         policy, clip_epsilon=cfg.clip_epsilon, value_clip=cfg.value_clip, value_coef=cfg.value_coef,
         entropy_coef=cfg.entropy_coef, normalize_advantage=cfg.normalize_advantage,

@@ -191,12 +191,13 @@ def train(
         torch.manual_seed(seed)
     setup = recipe.build(build_config)
     trainer = setup.trainer
+    info_keys = getattr(build_config, "info_keys", ())
     if world > 1:  # rank 0's weights everywhere; summed frames, averaged gradients, shared scores
         modules = [obj for obj in setup.to_save.values() if isinstance(obj, torch.nn.Module)]
         make_data_parallel(trainer, modules=[*modules, setup.eval_policy])
-        AllReducedEpisodeStats().attach(trainer)
+        AllReducedEpisodeStats(info_keys=info_keys).attach(trainer)
     else:
-        EpisodeStats().attach(trainer)
+        EpisodeStats(info_keys=info_keys).attach(trainer)
     Throughput().attach(trainer)
     metrics_path = out / "metrics.jsonl"
     if resume_from is None and lead:  # a new run (or one killed before its first checkpoint) starts a new log

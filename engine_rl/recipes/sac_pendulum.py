@@ -71,6 +71,9 @@ class SACConfig:
     """Deterministic (mean action) evaluation episodes per evaluation."""
     eval_seed: int = 10_000
     """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
+    info_keys: tuple[str, ...] = ()
+    """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
+    finish in each batch (``train_info_<key>`` in metrics.jsonl), e.g. ``--set info_keys=is_success``."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up actions and the replay sampler."""
 
@@ -133,7 +136,8 @@ def build_sac(cfg: SACConfig) -> Setup:
         target_entropy=cfg.target_entropy,
     )
     explore = RandomWarmup(actor, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
-    collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
+    collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
+                             info_keys=cfg.info_keys)
     # Adam's fused kernel (one per optimizer step) with a lean step() (engine_rl.optim)
     optimizers = {
         "actor": FastAdam(actor.parameters(), lr=cfg.lr),

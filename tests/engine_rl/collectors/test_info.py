@@ -1,0 +1,111 @@
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from engine_rl import create_trainer
+from engine_rl.collectors import GymCollector
+from engine_rl.recipes.runner import make_config
+from handlers import EpisodeStats
+
+LENGTH = 3  # every episode lasts 3 steps
+
+
+class InfoEnv(gym.Env):
+    """Episodes of LENGTH steps; info "t" is the step number, "flag" (1.0) only on the last
+    step, "vec" is not a scalar."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        info = {"t": float(self.t), "vec": np.zeros(2)}
+        if self.t == LENGTH:
+            info["flag"] = 1.0
+        return np.zeros(1, np.float32), 1.0, self.t == LENGTH, False, info
+
+
+def _env(mode):
+    return gym.vector.SyncVectorEnv([InfoEnv, InfoEnv], autoreset_mode=mode)
+
+
+def _policy(td):
+    return td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
+
+
+MODES = [gym.vector.AutoresetMode.NEXT_STEP, gym.vector.AutoresetMode.SAME_STEP]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_collector_records_info_scalars_per_frame(mode):
+    with GymCollector(_env(mode), _policy, frames_per_batch=12, seed=0, info_keys=["t", "flag"]) as collector:
+        batch = next(iter(collector))
+    t = batch["next", "info", "t"]
+    flag = batch["next", "info", "flag"]
+    assert t.shape == (2, 6) and t.dtype == torch.float32
+    # the step number is the episode length at every frame, and flag is there only at episode ends
+    assert torch.equal(t, batch["next", "episode_length"].float())
+    done = batch["next", "done"]
+    assert done.sum() == 4
+    assert torch.equal(flag[done], torch.ones(4))
+    assert torch.isnan(flag[~done]).all()
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_episode_stats_average_info_at_episode_ends(mode):
+    collector = GymCollector(_env(mode), _policy, frames_per_batch=12, seed=0, info_keys=["t", "flag"])
+    net = torch.nn.Linear(1, 1)
+
+    def loss(td):
+        return {"loss": net(td["observation"]).square().mean()}
+
+    trainer = create_trainer(collector, loss, torch.optim.SGD(net.parameters(), lr=0.1), total_frames=24)
+    stats = EpisodeStats(info_keys=["t", "flag"]).attach(trainer)
+    trainer.run()
+    collector.shutdown()
+    m = trainer.state.metrics
+    assert m["train_info_t"] == LENGTH and m["train_info_flag"] == 1.0
+    assert m["train_length_mean"] == LENGTH and stats.episodes == 8
+
+
+def test_info_means_skip_keys_never_reported():
+    batch = TensorDict({("next", "done"): torch.tensor([True, False]),
+                        ("next", "episode_return"): torch.ones(2), ("next", "episode_length"): torch.ones(2),
+                        ("next", "info", "a"): torch.tensor([math.nan, 1.0])}, [2])
+    assert EpisodeStats(info_keys=["a"]).info_means(batch) == {}
+
+
+def test_non_scalar_info_is_an_error_naming_the_key():
+    with GymCollector(_env(MODES[0]), _policy, frames_per_batch=4, seed=0, info_keys=["vec"]) as collector:
+        with pytest.raises(ValueError, match=r"GymCollector: env info 'vec' must hold one number per env copy"):
+            next(iter(collector))
+
+
+def test_episode_stats_names_missing_info_keys():
+    batch = TensorDict({("next", "done"): torch.tensor([True]), ("next", "episode_return"): torch.ones(1),
+                        ("next", "episode_length"): torch.ones(1)}, [1])
+    with pytest.raises(KeyError, match=r"EpisodeStats \(info_keys.*next.*info.*is_success"):
+        EpisodeStats(info_keys=["is_success"]).info_means(batch)
+
+
+@pytest.mark.parametrize("bad", ["t", ["t", "t"], [""], [1]])
+def test_bad_info_keys(bad):
+    with pytest.raises(ValueError, match="EpisodeStats: argument info_keys"):
+        EpisodeStats(info_keys=bad)
+
+
+def test_recipe_override_and_async_conflict():
+    assert make_config("ppo-cartpole", ["info_keys=is_success, x"]).info_keys == ("is_success", "x")
+    assert make_config("sac-pendulum", ["info_keys=('a',)"]).info_keys == ("a",)
+    assert make_config("sac-pendulum", ["info_keys="]).info_keys == ()
+    with pytest.raises(ValueError, match="DQNConfig: info_keys needs the in-process collector"):
+        make_config("dqn-cartpole", ["info_keys=a", "async_collection=true"])
