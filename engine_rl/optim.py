@@ -2,8 +2,9 @@
 
 :class:`FastAdam` is ``torch.optim.Adam(fused=True)`` with a short step: the same fused kernel
 called on cached tensor lists, without ``Optimizer.step``'s generic machinery (profiler
-records, per-parameter state lookups, device/dtype grouping). For a 4-256-256-2 Q network
-that machinery costs about three times the kernel itself, once per gradient step.
+records, per-parameter state lookups, device/dtype grouping). On the dqn-cartpole Q network
+(4-256-256-2, 67k parameters) a step takes 51 µs instead of 85 µs
+(``tests/benchmarks/fast_adam.py``), and DQN takes ~24k of them per run.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ from engine_rl.distributed import launched_externally, run_parallel
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.runner import RunError, load_run_config, make_config, train
-from engine_rl.runtime import tune_allocator
 
 #: Where a bare ``--visdom`` posts (and where it starts a server if none answers).
 DEFAULT_VISDOM_URL = "http://127.0.0.1:8097"
@@ -49,9 +48,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1: on 2 shared cores 1 thread is the safe choice)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--no-tune-malloc", dest="tune_malloc", action="store_false",
-                   help="leave glibc's allocator as it is (default: keep freed mid-sized blocks in the process, "
-                        "see engine_rl.runtime.tune_allocator)")
     t.add_argument("--visdom", nargs="?", const=DEFAULT_VISDOM_URL, default=None, metavar="URL",
                    help="plot the run live on a visdom server (default URL http://127.0.0.1:8097; with no URL "
                         "and no server there, one is started for the run); one env per run, named after --out")
@@ -101,7 +97,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     job = {
         "recipe": args.recipe, "config": config, "out": out, "threads": args.threads,
-        "tune_malloc": args.tune_malloc,
         "options": {
             "progress": not args.no_progress, "visdom": args.visdom, "resume": args.resume,
             "checkpoint_every": args.checkpoint_every, "until_frames": args.until_frames, "patience": args.patience,
@@ -177,8 +172,6 @@ def _train_and_report(job: dict) -> int:
     rank, world = idist.get_rank(), idist.get_world_size()
     who = f" (rank {rank} of {world})" if world > 1 else ""
     torch.set_num_threads(job["threads"])
-    if job.get("tune_malloc", True):
-        tune_allocator()
     out = job["out"]
     try:
         summary = train(job["recipe"], job["config"], out, **job["options"])
