@@ -109,3 +109,18 @@ def test_recipe_override_and_async_conflict():
     assert make_config("sac-pendulum", ["info_keys="]).info_keys == ()
     with pytest.raises(ValueError, match="DQNConfig: info_keys needs the in-process collector"):
         make_config("dqn-cartpole", ["info_keys=a", "async_collection=true"])
+
+
+def test_all_reduced_episode_stats_average_info_too():
+    from types import SimpleNamespace
+
+    from handlers.distributed import AllReducedEpisodeStats
+
+    batch = TensorDict({("next", "done"): torch.tensor([True, True, False, True]),
+                        ("next", "episode_return"): torch.tensor([1.0, 3.0, 9.0, 5.0]),
+                        ("next", "episode_length"): torch.tensor([1, 3, 9, 5]),
+                        ("next", "info", "a"): torch.tensor([2.0, math.nan, 100.0, 4.0])}, [4])
+    engine = SimpleNamespace(state=SimpleNamespace(batch=batch, metrics={}))
+    AllReducedEpisodeStats(info_keys=["a"])(engine)
+    m = engine.state.metrics
+    assert m["train_return_mean"] == 3.0 and m["train_info_a"] == 3.0  # the unreported episode left out
