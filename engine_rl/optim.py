@@ -61,10 +61,14 @@ class FastAdam(torch.optim.Adam):
             raise TypeError("FastAdam: argument lr must be a float; use torch.optim.Adam for a tensor lr")
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                          maximize=maximize, fused=True)
-        self._lean: list[tuple[list[torch.Tensor], ...]] | None = None
-        self._all_params = [p for group in self.param_groups for p in group["params"]]
+        self._reset_lean()
 
     # -- cache ----------------------------------------------------------------------------
+    def _reset_lean(self) -> None:
+        self._lean: list[tuple[list[torch.Tensor], ...]] | None = None  # built at the first short step
+        self._lean_off = False  # the parameters mix devices or dtypes: always Adam's own step
+        self._all_params = [p for group in self.param_groups for p in group["params"]]
+
     def _build_lean(self) -> list[tuple[list[torch.Tensor], ...]] | None:
         """Per group: (params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps); None if unsupported."""
         first = self._all_params[0] if self._all_params else None
@@ -76,6 +80,7 @@ class FastAdam(torch.optim.Adam):
                 return None  # state not initialized yet (first step) or foreign
             if any(p.device != first.device or p.dtype != first.dtype or p.is_complex() or p.is_sparse
                    for p in params):
+                self._lean_off = True
                 return None
             max_sqs = [s["max_exp_avg_sq"] for s in states] if group["amsgrad"] else []
             lean.append((params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], max_sqs,
@@ -94,7 +99,7 @@ class FastAdam(torch.optim.Adam):
     # -- optimizer API --------------------------------------------------------------------
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
         """One Adam step (see the class docstring for when the short path applies)."""
-        if self._lean_ok(closure):
+        if not self._lean_off and self._lean_ok(closure):
             if self._lean is None:
                 self._lean = self._build_lean()
             lean = self._lean
@@ -130,13 +135,11 @@ class FastAdam(torch.optim.Adam):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self._lean = None  # the state tensors were replaced
-        self._all_params = [p for group in self.param_groups for p in group["params"]]
+        self._reset_lean()  # the state tensors were replaced
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
-        self._lean = None
-        self._all_params = [p for group in self.param_groups for p in group["params"]]
+        self._reset_lean()
 
 
 # Optimizer.__init__ wraps a class's step() in its hook-and-profiler wrapper unless it is marked

@@ -34,11 +34,15 @@ def finished_episodes(batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor
         (tensor([2., 5.]), tensor([2, 5]))
     """
     require_keys(batch, (_DONE, _RETURN, _LENGTH), consumer="EpisodeStats")
+    done = _episode_ends(batch)
+    return batch[_RETURN].reshape(batch.shape)[done], batch[_LENGTH].reshape(batch.shape)[done]
+
+
+def _episode_ends(batch: TensorDictBase) -> torch.Tensor:
+    """Frames where an episode ended, masked frames excluded (bool, ``batch.shape``)."""
     done = batch[_DONE].reshape(batch.shape)
     mask = batch.get(MASK_KEY, None)
-    if mask is not None:
-        done = done & mask.reshape(batch.shape)
-    return batch[_RETURN].reshape(batch.shape)[done], batch[_LENGTH].reshape(batch.shape)[done]
+    return done & mask.reshape(batch.shape) if mask is not None else done
 
 
 class EpisodeStats:
@@ -96,10 +100,7 @@ class EpisodeStats:
             return {}
         keys = [(*INFO_KEY, key) for key in self.info_keys]
         require_keys(batch, keys, consumer="EpisodeStats (info_keys; record them with the collector's info_keys)")
-        done = batch[_DONE].reshape(batch.shape)
-        mask = batch.get(MASK_KEY, None)
-        if mask is not None:
-            done = done & mask.reshape(batch.shape)
+        done = _episode_ends(batch)
         out = {}
         for key, nested in zip(self.info_keys, keys):
             values = batch[nested].reshape(batch.shape)[done].double()

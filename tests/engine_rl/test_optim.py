@@ -118,3 +118,20 @@ def test_tensor_lr_is_refused():
         FastAdam(b.parameters(), lr=torch.tensor(0.1))
     with pytest.raises(ValueError, match="Invalid learning rate"):
         FastAdam(b.parameters(), lr=-1.0)
+
+
+def test_mixed_dtypes_use_adams_own_step():
+    a, b = _nets()
+    b[2].double()
+    a[2].double()
+    ref = torch.optim.Adam(a.parameters(), lr=1e-2, fused=True)
+    fast = FastAdam(b.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        x = torch.randn(8, 4, generator=g)
+        for net, opt in ((a, ref), (b, fast)):
+            opt.zero_grad()
+            net[2](net[1](net[0](x)).double()).square().mean().backward()
+            opt.step()
+    assert _same(a, b)
+    assert fast._lean_off and fast._lean is None
