@@ -9,7 +9,7 @@ NaN for copies that did not report it, and checks that it is a number per copy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,8 @@ INFO_KEY = ("next", "info")
 
 def check_info_keys(info_keys: Any, *, owner: str) -> tuple[str, ...]:
     """``info_keys`` as a tuple of non-empty strings, or a ValueError naming ``owner``."""
-    if isinstance(info_keys, str) or not all(isinstance(k, str) and k for k in info_keys):
+    if (isinstance(info_keys, str) or not isinstance(info_keys, Iterable)
+            or not all(isinstance(k, str) and k for k in info_keys)):
         raise ValueError(f"{owner}: argument info_keys must be a sequence of non-empty strings, got {info_keys!r}")
     keys = tuple(info_keys)
     if len(set(keys)) != len(keys):

@@ -97,7 +97,7 @@ def test_episode_stats_names_missing_info_keys():
         EpisodeStats(info_keys=["is_success"]).info_means(batch)
 
 
-@pytest.mark.parametrize("bad", ["t", ["t", "t"], [""], [1]])
+@pytest.mark.parametrize("bad", ["t", ["t", "t"], [""], [1], 3])
 def test_bad_info_keys(bad):
     with pytest.raises(ValueError, match="EpisodeStats: argument info_keys"):
         EpisodeStats(info_keys=bad)
