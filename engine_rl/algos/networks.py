@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from engine_rl.precision import OutputLinear
+
 __all__ = ["mlp"]
 
 
@@ -18,6 +20,9 @@ def mlp(
     activation: type[nn.Module] = nn.ReLU,
 ) -> nn.Sequential:
     """A multilayer perceptron ``in -> hidden... -> out`` with ``activation`` between layers.
+
+    The output layer is an :class:`~engine_rl.precision.OutputLinear`: an ``nn.Linear`` that
+    stays float32 under ``torch.autocast`` (so outputs keep their precision in bfloat16 runs).
 
     Examples:
         >>> net = mlp(4, 2, (8,))
@@ -34,5 +39,5 @@ def mlp(
     for width in hidden:
         layers += [nn.Linear(last, width), activation()]
         last = width
-    layers.append(nn.Linear(last, out_features))
+    layers.append(OutputLinear(last, out_features))
     return nn.Sequential(*layers)

@@ -42,7 +42,8 @@ class QEnsemble(nn.Module):
 
     Layer ``l`` of all critics is one weight ``[num_q, in, out]`` and one bias ``[num_q, 1, out]``,
     applied with a single batched matmul; each critic is initialized like ``nn.Linear`` (uniform
-    in ``+-1/sqrt(in)``), independently of the others.
+    in ``+-1/sqrt(in)``), independently of the others. Under ``torch.autocast`` the output layer
+    runs in the parameters' dtype, like :class:`engine_rl.precision.OutputLinear`.
 
     Args:
         obs_dim: observation size.
@@ -95,14 +96,25 @@ class QEnsemble(nn.Module):
         batch = obs.shape[:-1]
         x = torch.cat([obs, action], dim=-1).reshape(1, -1, obs.shape[-1] + action.shape[-1])
         x = x.expand(self.num_q, -1, -1)
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            if detach_params:
-                w, b = w.detach(), b.detach()
-            x = torch.baddbmm(b, x, w)
-            if i < last:
-                x = self.activation(x)
+        layers = list(zip(self.weights, self.biases))
+        if detach_params:
+            layers = [(w.detach(), b.detach()) for w, b in layers]
+        for w, b in layers[:-1]:
+            x = self.activation(torch.baddbmm(b, x, w))
+        w, b = layers[-1]
+        if torch.is_autocast_enabled(x.device.type):
+            # the output layer stays in the parameters' precision (engine_rl.precision)
+            with torch.autocast(x.device.type, enabled=False):
+                x = self._output_layer(x.to(w.dtype), w, b)
+        else:
+            x = self._output_layer(x, w, b)
         return x.reshape(self.num_q, *batch)
+
+    @staticmethod
+    def _output_layer(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        # one output per critic: a broadcast multiply-sum, forward and backward ~4x faster on CPU
+        # than bmm's single-column product (tests/benchmarks/sac_update.py)
+        return torch.sum(x * w.transpose(1, 2), dim=-1, keepdim=True) + b
 
     def extra_repr(self) -> str:
         sizes = [self.weights[0].shape[1], *(w.shape[2] for w in self.weights)]

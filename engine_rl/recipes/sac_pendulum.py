@@ -24,6 +24,7 @@ from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.collectors import GymCollector, make_vec_env
 from engine_rl.engine import create_trainer
 from engine_rl.optim import FastAdam
+from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup, register
 from engine_rl.replay import ReplayBuffer
 from handlers import ReplayExtender, ReplaySampler, TargetNetUpdater, ValidationRollout
@@ -74,6 +75,10 @@ class SACConfig:
     info_keys: tuple[str, ...] = ()
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
     finish in each batch (``train_info_<key>`` in metrics.jsonl), e.g. ``--set info_keys=is_success``."""
+    precision: str = "float32"
+    """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
+    'bfloat16' (autocast; about 1.6x faster updates on a CPU with native bfloat16; parameters,
+    gradients, optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up actions and the replay sampler."""
 
@@ -102,6 +107,8 @@ class SACConfig:
             raise ValueError(f"SACConfig: tau must be in (0, 1], got {self.tau}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"SACConfig: gamma must be in [0, 1], got {self.gamma}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"SACConfig: precision must be one of {PRECISIONS}, got {self.precision!r}")
         if not self.lr > 0.0 or not self.alpha_init > 0.0:
             raise ValueError(f"SACConfig: lr and alpha_init must be > 0, got {self.lr} and {self.alpha_init}")
 
@@ -147,8 +154,9 @@ def build_sac(cfg: SACConfig) -> Setup:
         optimizers["alpha"] = FastAdam([loss.log_alpha], lr=cfg.lr)
     buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed)
 
+    dtype = compute_dtype(cfg.precision, owner="SACConfig")
     trainer = create_trainer(
-        collector, loss, optimizers,
+        collector, loss if dtype is None else AutocastLoss(loss, dtype, device_type="cpu"), optimizers,
         total_frames=cfg.total_frames,
         learning_starts=cfg.learning_starts,
         optim_steps_per_batch=cfg.steps_per_batch,

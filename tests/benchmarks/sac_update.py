@@ -8,7 +8,15 @@ Variants, interleaved and repeated (medians reported):
   then temperature loss backward + step; PyTorch's default (per-parameter) Adam on the CPU).
 - ``engine``: :class:`engine_rl.algos.SACLoss` over a stacked :class:`QEnsemble` (one batched
   matmul per layer for both critics, critics' parameters detached in the actor loss), the three
-  losses summed and back-propagated once, fused Adam, one fused soft target update.
+  losses summed and back-propagated once, FastAdam, one fused soft target update.
+- ``engine_bfloat16``: the same under :class:`engine_rl.precision.AutocastLoss` with bfloat16
+  (what ``--set precision=bfloat16`` builds): matmuls in bfloat16, output layers, parameters,
+  gradients and optimizer state in float32. ``native_bfloat16`` says whether this CPU has
+  bfloat16 dot products (without them bfloat16 is emulated and slower).
+
+``output_layer_us``: forward plus backward of the critics' last layer (2 critics, 256 rows,
+256 -> 1) as a batched matmul (``torch.baddbmm``) vs the broadcast multiply-sum that
+:class:`QEnsemble` uses.
 
 ``recipe_ms_per_frame``: the full ``sac-pendulum`` recipe (collection, replay, events, one
 gradient step per frame) over a short run, wall time per frame after learning starts.
@@ -34,6 +42,8 @@ from engine_rl.algos.actors import TanhGaussianActor
 from engine_rl.algos.networks import mlp
 from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.events import RLEvents
+from engine_rl.optim import FastAdam
+from engine_rl.precision import AutocastLoss, native_bfloat16
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config
 from engine_rl.targets import SoftUpdate
@@ -54,18 +64,19 @@ def _sample() -> TensorDict:
     )
 
 
-def make_engine_step():
+def make_engine_step(dtype: torch.dtype | None = None):
     torch.manual_seed(0)
     actor = TanhGaussianActor.build(OBS, gym.spaces.Box(-2.0, 2.0, (ACT,)), hidden=HIDDEN)
     critic = QEnsemble(OBS, ACT, HIDDEN)
     loss = SACLoss(actor, critic)
     groups = (actor.parameters(), critic.parameters(), [loss.log_alpha])
-    opts = [torch.optim.Adam(p, lr=1e-3, fused=True) for p in groups]
+    opts = [FastAdam(p, lr=1e-3) for p in groups]
     target = SoftUpdate(critic, loss.target_critic, tau=0.005)
     td = _sample()
+    loss_fn = loss if dtype is None else AutocastLoss(loss, dtype)
 
     def step() -> None:
-        out = loss(td)
+        out = loss_fn(td)
         total = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
         for opt in opts:
             opt.zero_grad(set_to_none=True)
@@ -125,6 +136,32 @@ def make_sb3_style_step():
     return step
 
 
+def make_output_layer(kind: str):
+    """Forward + backward of the critics' 256 -> 1 output layer, 2 critics x 256 rows."""
+    x = torch.randn(2, BATCH, HIDDEN[-1], requires_grad=True)
+    w = (torch.randn(2, HIDDEN[-1], 1) * 0.06).requires_grad_()
+    b = torch.zeros(2, 1, 1, requires_grad=True)
+    grad = torch.randn(2, BATCH, 1)
+    if kind == "baddbmm":
+        return lambda: torch.baddbmm(b, x, w).backward(grad)
+    return lambda: QEnsemble._output_layer(x, w, b).backward(grad)
+
+
+def interleaved(arms: dict, reps: int, n: int, scale: float) -> dict[str, float]:
+    """Median time per call of each arm (times ``scale``), arms alternating in blocks of ``n``."""
+    for fn in arms.values():
+        for _ in range(5):
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in arms}
+    for _ in range(reps):
+        for name, fn in arms.items():
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            times[name].append(scale * (time.perf_counter() - t0) / n)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def recipe_ms_per_frame(frames: int) -> float:
     cfg = make_config("sac-pendulum", {"total_frames": frames, "eval_every_frames": 10 * frames, "eval_episodes": 1})
     setup = get_recipe("sac-pendulum").build(cfg)
@@ -143,18 +180,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     reps, n = (3, 10) if args.quick else (9, 30)
-    steps = {"engine": make_engine_step(), "sb3_style": make_sb3_style_step()}
-    for step in steps.values():
-        for _ in range(5):
-            step()
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(reps):
-        for name, step in steps.items():
-            t0 = time.perf_counter()
-            for _ in range(n):
-                step()
-            times[name].append(1e3 * (time.perf_counter() - t0) / n)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    steps = {"engine": make_engine_step(), "engine_bfloat16": make_engine_step(torch.bfloat16),
+             "sb3_style": make_sb3_style_step()}
+    med = interleaved(steps, reps, n, 1e3)
+    layer = interleaved({"baddbmm": make_output_layer("baddbmm"), "multiply_sum": make_output_layer("sum")},
+                        reps, 10 * n, 1e6)
     result = {
         "benchmark": "sac_update",
         "threads": args.threads,
@@ -163,6 +193,11 @@ def main() -> None:
         "engine_ms_per_update": round(med["engine"], 3),
         "sb3_style_ms_per_update": round(med["sb3_style"], 3),
         "ratio_engine_over_sb3_style": round(med["engine"] / med["sb3_style"], 3),
+        "native_bfloat16": native_bfloat16(),
+        "engine_bfloat16_ms_per_update": round(med["engine_bfloat16"], 3),
+        "ratio_bfloat16_over_float32": round(med["engine_bfloat16"] / med["engine"], 3),
+        "output_layer_us": {k: round(v, 1) for k, v in layer.items()},
+        "ratio_multiply_sum_over_baddbmm": round(layer["multiply_sum"] / layer["baddbmm"], 3),
         "recipe_ms_per_frame": round(recipe_ms_per_frame(300 if args.quick else 1100), 3),
     }
     print(json.dumps(result))

@@ -1,12 +1,14 @@
 """End to end: the sac-pendulum recipe through the CLI, its files, errors, and that it learns."""
 
 import json
+import math
 
 import pytest
 import torch
 from ignite.handlers import Checkpoint
 
 from engine_rl.cli import main
+from engine_rl.precision import AutocastLoss
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config, train
 
@@ -69,8 +71,34 @@ def test_errors_name_the_problem(capsys):
     assert "SACConfig: override batch_size='big' is not a valid int" in capsys.readouterr().err
     assert main(["train", "sac-pendulum", "--set", "frames_per_batch=3", "--set", "num_envs=2"]) == 2
     assert "frames_per_batch (3) must be a multiple of num_envs (2)" in capsys.readouterr().err
+    assert main(["train", "sac-pendulum", "--set", "precision=fp16"]) == 2
+    assert "SACConfig: precision must be one of ('float32', 'bfloat16'), got 'fp16'" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"sac needs a continuous \(Box\) action space; CartPole-v1 has Discrete"):
         get_recipe("sac-pendulum").build(make_config("sac-pendulum", {"env_id": "CartPole-v1"}))
+
+
+def test_bfloat16_precision_wraps_the_loss_and_checkpoints_like_float32(tmp_path):
+    overrides = {"seed": 1, "total_frames": 300, "frames_per_batch": 10, "batch_size": 64,
+                 "eval_every_frames": 300, "eval_episodes": 2}
+    low = get_recipe("sac-pendulum").build(make_config("sac-pendulum", {**overrides, "precision": "bfloat16"}))
+    full = get_recipe("sac-pendulum").build(make_config("sac-pendulum", overrides))
+    try:
+        wrapper = low.trainer.loss_module
+        assert isinstance(wrapper, AutocastLoss) and wrapper.dtype == torch.bfloat16
+        assert wrapper.loss is low.to_save["loss"] and full.trainer.loss_module is full.to_save["loss"]
+        low.trainer.run()
+        assert low.trainer.state.optim_steps == 210
+        losses = low.trainer.state.output
+        assert {"loss_actor", "loss_qvalue", "loss_alpha"} <= set(losses)
+        assert all(math.isfinite(v) for v in losses.values()), losses
+        # same checkpoint layout as a float32 run: the parameters stay float32
+        state = low.to_save["loss"].state_dict()
+        assert {k: (v.shape, v.dtype) for k, v in state.items()} == {
+            k: (v.shape, v.dtype) for k, v in full.to_save["loss"].state_dict().items()}
+        assert low.trainer.state.metrics["eval_return_mean"] > -2000
+    finally:
+        low.close()
+        full.close()
 
 
 def test_recipes_listing_shows_sac_pendulum(capsys):
@@ -82,19 +110,23 @@ def test_recipes_listing_shows_sac_pendulum(capsys):
 
 @pytest.mark.slow
 @pytest.mark.ci
-def test_sac_pendulum_learns_quickly(tmp_path):
-    """Seed 0, 4k frames of the default recipe: mean deterministic return over 10 episodes >= -600
-    (random play: about -1200; ~60 s here)."""
-    cfg = make_config("sac-pendulum", {"seed": 0, "total_frames": 4_000, "eval_every_frames": 4_000})
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_sac_pendulum_learns_quickly(tmp_path, precision):
+    """Seed 0, 4k frames of the default recipe (and with bfloat16 matmuls): mean deterministic
+    return over 10 episodes >= -600 (random play: about -1200; ~60 s and ~40 s here)."""
+    cfg = make_config("sac-pendulum", {"seed": 0, "total_frames": 4_000, "eval_every_frames": 4_000,
+                                       "precision": precision})
     summary = train("sac-pendulum", cfg, tmp_path, progress=False)
     assert summary["frames"] == 4_000
     assert summary["eval_return_mean"] >= -600, summary
 
 
 @pytest.mark.slow
-def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path):
-    """Seed 0, default config (20k frames, rl-zoo hyperparameters): mean deterministic return over
-    10 episodes >= -200 (rl-zoo: -157 +- 89 at 20k)."""
-    summary = train("sac-pendulum", make_config("sac-pendulum", {"seed": 0}), tmp_path, progress=False)
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, precision):
+    """Seed 0, default config (20k frames, rl-zoo hyperparameters; and with bfloat16 matmuls):
+    mean deterministic return over 10 episodes >= -200 (rl-zoo: -157 +- 89 at 20k)."""
+    cfg = make_config("sac-pendulum", {"seed": 0, "precision": precision})
+    summary = train("sac-pendulum", cfg, tmp_path, progress=False)
     assert summary["frames"] == 20_000
     assert summary["eval_return_mean"] >= -200, summary
