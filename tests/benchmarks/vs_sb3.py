@@ -27,7 +27,12 @@ on both sides). Known difference: engine_rl's dqn-cartpole collects its 256-fram
 env copies, SB3 (rl-zoo) from one env; the optim steps (128 per 256 frames after 1000 frames)
 and every other value are the same.
 
-Repetitions are interleaved per algorithm (sb3, engine, engine, sb3, ...) and medians reported.
+``--variant KEY=VALUE`` (repeatable) adds a third arm, ``variant``: the engine recipe with those
+``--set`` overrides (e.g. ``--variant precision=bfloat16`` for sac-pendulum's bfloat16 matmuls),
+reported as ``variant_*`` figures next to the default recipe's.
+
+Repetitions are interleaved per algorithm (sb3, engine[, variant], then reversed, ...) and
+medians reported.
 ``ratio`` is engine / sb3 wall time; ``cpu_ratio`` the same for whole-process CPU seconds
 (imports included; steadier than wall time on a shared machine). ``target_met``: ratio <= 0.5
 and engine's median evaluation return >= SB3's. The one-minute load average before and after
@@ -137,12 +142,15 @@ def eval_override(algo: str) -> str:
     return f"{name}={NO_EVAL}"
 
 
-def run_engine(algo: str, frames: int, seed: int, threads: int, tmp: Path, keep_evals: bool) -> dict[str, Any]:
+def run_engine(algo: str, frames: int, seed: int, threads: int, tmp: Path, keep_evals: bool,
+               overrides: list[str] = ()) -> dict[str, Any]:
     out = tmp / f"{algo}-seed{seed}-{time.monotonic_ns()}"
     cmd = [sys.executable, "-m", "engine_rl", "train", RECIPES[algo], "--frames", str(frames), "--seed", str(seed),
            "--threads", str(threads), "--no-progress", "--out", str(out)]
     if not keep_evals:
         cmd += ["--set", eval_override(algo)]
+    for override in overrides:
+        cmd += ["--set", override]
     _, proc_s, cpu_s = timed_run(cmd, threads=threads, cwd=REPO)
     summary = json.loads((out / "summary.json").read_text())
     return {"wall_s": summary["wall_time_s"], "return": summary["eval_return_mean"], "proc_s": proc_s,
@@ -170,6 +178,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads on both sides (default 1)")
     p.add_argument("--venv", type=Path, default=DEFAULT_VENV, help=f"the SB3 venv (default {DEFAULT_VENV})")
     p.add_argument("--keep-evals", action="store_true", help="keep the recipes' periodic evaluations")
+    p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
+                   help="add an engine arm with this recipe override (repeatable; all go to one arm)")
     args = p.parse_args()
     if args.reps < 1 or args.threads < 1:
         p.error("--reps and --threads must be >= 1")
@@ -190,15 +200,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vs_sb3_") as tmp:
         for algo in algos:
             frames = FRAMES[algo] // (10 if args.quick else 1)
-            runs: dict[str, list[dict[str, Any]]] = {"sb3": [], "engine": []}
+            arms = ["sb3", "engine"] + (["variant"] if args.variant else [])
+            runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
             for rep in range(args.reps):
-                order = ("sb3", "engine") if rep % 2 == 0 else ("engine", "sb3")
+                order = arms if rep % 2 == 0 else arms[::-1]
                 for arm in order:
                     log(f"{algo} rep {rep} {arm}: {frames} frames, seed {rep} (load {os.getloadavg()[0]:.2f})")
                     if arm == "sb3":
                         run = run_sb3(py, algo, frames, rep, args.threads)
                     else:
-                        run = run_engine(algo, frames, rep, args.threads, Path(tmp), args.keep_evals)
+                        overrides = args.variant if arm == "variant" else []
+                        run = run_engine(algo, frames, rep, args.threads, Path(tmp), args.keep_evals, overrides)
                     log(f"  -> wall {run['wall_s']:.1f}s, cpu {run['cpu_s']:.1f}s, return {run['return']:.1f}")
                     runs[arm].append(run)
             sb3, eng = runs["sb3"], runs["engine"]
@@ -221,6 +233,19 @@ def main() -> None:
                 "sb3_eval_return_runs": [r["return"] for r in sb3],
                 "engine_eval_return_runs": [round(r["return"], 2) for r in eng],
             }
+            if args.variant:
+                var = runs["variant"]
+                var_ratio = med(var, "wall_s") / med(sb3, "wall_s")
+                results[algo].update({
+                    "variant": args.variant,
+                    "variant_wall_s": round(med(var, "wall_s"), 2),
+                    "variant_ratio": round(var_ratio, 3),
+                    "variant_cpu_ratio": round(med(var, "cpu_s") / med(sb3, "cpu_s"), 3),
+                    "variant_eval_return": round(med(var, "return"), 2),
+                    "variant_target_met": var_ratio <= 0.5 and med(var, "return") >= med(sb3, "return"),
+                    "variant_wall_s_runs": [round(r["wall_s"], 2) for r in var],
+                    "variant_eval_return_runs": [round(r["return"], 2) for r in var],
+                })
     print(json.dumps({
         "benchmark": "vs_sb3",
         "quick": args.quick,
