@@ -6,7 +6,8 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from engine_rl.collectors.stepper import GymStepper, Policy
+from engine_rl.collectors.policy import Policy
+from engine_rl.collectors.stepper import GymStepper
 
 __all__ = ["run_episodes"]
 

@@ -30,7 +30,9 @@ from gymnasium.vector import VectorEnv
 from tensordict import TensorDict, TensorDictBase
 from torch import nn  # noqa: F401  (the docstring example uses it)
 
-from engine_rl.collectors.stepper import EnvError, GymStepper, Policy, policy_device
+from engine_rl.collectors.errors import EnvError
+from engine_rl.collectors.policy import Policy, policy_device
+from engine_rl.collectors.stepper import GymStepper
 from engine_rl.collectors.base import BatchCollector
 from engine_rl.keys import NestedKey
 

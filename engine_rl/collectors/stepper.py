@@ -8,26 +8,22 @@ autoreset rules.
 """
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from tensordict import TensorDict, TensorDictBase
-from torch import nn
 
 from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, set_env_state
 from engine_rl.collectors.envs import VecEnvSpec, vec_env_spec
+from engine_rl.collectors.errors import EnvError, failed_env_index
 from engine_rl.collectors.info import INFO_KEY, check_info_keys, info_scalars
+from engine_rl.collectors.policy import Policy, policy_device
 from engine_rl.keys import NestedKey, format_key, present_keys
 
-__all__ = ["EnvError", "GymStepper", "Policy", "policy_device"]
-
-#: A policy reads ``"observation"`` from a TensorDict of batch ``[num_envs]`` and writes
-#: ``"action"`` (and optionally more entries) into it, returning it (or ``None``).
-Policy = Callable[[TensorDictBase], TensorDictBase | None]
+__all__ = ["GymStepper"]
 
 _NEXT = "next"
 #: Staging entries filled from the env (numpy on the hot path), with their dtypes.
@@ -69,59 +65,6 @@ def _flatten(nested: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[Ne
         else:
             flat[key[0] if len(key) == 1 else key] = value
     return flat
-
-
-class EnvError(RuntimeError):
-    """An env raised while a collector or an evaluation stepped or reset it.
-
-    The message names the component, the env copy (when it can be known: ``SyncVectorEnv`` and
-    ``AsyncVectorEnv`` step copies one by one; a numpy-batched env steps them all at once) and the
-    vector step; the env's own exception is the ``__cause__``.
-
-    Attributes:
-        env_index: the failing env copy, or ``None`` if unknown.
-        step: the vector step (1-based, counted by the stepper since it was built or restored).
-    """
-
-    def __init__(self, message: str, *, env_index: int | None, step: int) -> None:
-        super().__init__(message)
-        self.env_index = env_index
-        self.step = step
-
-
-def _failed_env_index(env: Any, err: BaseException) -> int | None:
-    """Which env copy raised: the loop index of ``SyncVectorEnv.step``/``reset`` in the traceback,
-    or the worker whose pipe ``AsyncVectorEnv`` closed after the error."""
-    from gymnasium.vector import SyncVectorEnv
-
-    index = None
-    tb = err.__traceback__
-    while tb is not None:
-        local = tb.tb_frame.f_locals
-        if isinstance(local.get("self"), SyncVectorEnv) and isinstance(local.get("i"), int):
-            index = local["i"]
-        tb = tb.tb_next
-    if index is None:
-        pipes = getattr(getattr(env, "unwrapped", env), "parent_pipes", None)
-        if isinstance(pipes, list):
-            closed = [i for i, pipe in enumerate(pipes) if pipe is None]
-            index = closed[0] if len(closed) == 1 else None
-    return index
-
-
-def policy_device(policy: Policy, device: torch.device | str | None = None) -> torch.device:
-    """The device a policy's inputs go to: ``device`` if given, else its first parameter's.
-
-    Examples:
-        >>> policy_device(nn.Linear(2, 1)), policy_device(lambda td: td, "cpu")
-        (device(type='cpu'), device(type='cpu'))
-    """
-    if device is not None:
-        return torch.device(device)
-    if isinstance(policy, nn.Module):
-        for tensor in itertools.chain(policy.parameters(), policy.buffers()):
-            return tensor.device
-    return torch.device("cpu")
 
 
 class GymStepper:
@@ -287,7 +230,7 @@ class GymStepper:
         self._obs = next_obs
 
     def _env_error(self, err: Exception, call: str) -> EnvError:
-        index = _failed_env_index(self.env, err)
+        index = failed_env_index(self.env, err)
         step = self.steps + 1
         if index is None:
             where = f"the vector env ({type(self.env).__name__}; env index unknown: it steps all copies at once)"

@@ -24,7 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from engine_rl.collectors.stepper import Policy, policy_device
+from engine_rl.collectors.policy import Policy, policy_device
 from engine_rl.collectors.base import BatchCollector
 from engine_rl.envs.base import TorchEnv
 from engine_rl.keys import NestedKey, format_key, present_keys
