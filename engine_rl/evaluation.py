@@ -42,7 +42,7 @@ handler                        how
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -50,6 +50,7 @@ from ignite.engine import Engine
 from torch import nn
 
 from engine_rl.collectors import Policy, run_episodes
+from engine_rl.collectors.info import check_info_keys
 
 __all__ = ["EVAL_METRICS", "Evaluator", "create_evaluator"]
 
@@ -73,6 +74,7 @@ class Evaluator(Engine):
         num_episodes: int,
         seed: int | None,
         device: torch.device | str | None,
+        info_keys: Sequence[str] = (),
     ) -> None:
         super().__init__(Evaluator._evaluate)
         self.env = env
@@ -80,6 +82,12 @@ class Evaluator(Engine):
         self.num_episodes = num_episodes
         self.seed = seed
         self.device = device
+        self.info_keys: tuple[str, ...] = check_info_keys(info_keys, owner="create_evaluator")
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The names a run writes into ``state.metrics``: :data:`EVAL_METRICS` and ``info_<key>``."""
+        return EVAL_METRICS + tuple(f"info_{key}" for key in self.info_keys)
 
     def run(  # type: ignore[override]
         self,
@@ -104,7 +112,8 @@ class Evaluator(Engine):
             if module is not None:
                 module.eval()
             with torch.no_grad():
-                res = run_episodes(self.env, self.policy, self.num_episodes, seed=self.seed, device=self.device)
+                res = run_episodes(self.env, self.policy, self.num_episodes, seed=self.seed, device=self.device,
+                                   info_keys=self.info_keys)
         finally:
             if module is not None:
                 module.train(was_training)
@@ -113,6 +122,8 @@ class Evaluator(Engine):
             [returns.mean(), returns.std(correction=0), returns.min(), returns.max(), res["length"].double().mean()]
         ).tolist()
         self.state.metrics.update(zip(EVAL_METRICS, stats))
+        for key in self.info_keys:  # mean over the episodes whose last step reported it (NaN if none)
+            self.state.metrics[f"info_{key}"] = float(res[f"info_{key}"].nanmean())
         return res
 
 
@@ -123,14 +134,17 @@ def create_evaluator(
     num_episodes: int = 10,
     seed: int | None = None,
     device: torch.device | str | None = None,
+    info_keys: Sequence[str] = (),
 ) -> Evaluator:
     """Build an evaluator: an Ignite ``Engine`` whose ``run()`` plays ``num_episodes`` episodes.
 
     The policy runs in eval mode (its mode is restored afterwards) under ``torch.no_grad()``;
     give the deterministic one (greedy Q, the mean action). Metrics (floats) in
     ``evaluator.state.metrics``: ``return_mean``, ``return_std`` (population std, 0 for one
-    episode), ``return_min``, ``return_max``, ``length_mean``. Stock Ignite handlers attach to
-    it (see the module docstring).
+    episode), ``return_min``, ``return_max``, ``length_mean``, and ``info_<key>`` for each of
+    ``info_keys``: the mean of the env's ``info[key]`` at the episodes' last steps (e.g. a
+    success rate from ``"is_success"``; episodes that did not report it are left out, NaN if
+    none did). Stock Ignite handlers attach to it (see the module docstring).
 
     Args:
         env: a gymnasium vector env used only for evaluation (each run resets it; it is left
@@ -141,6 +155,7 @@ def create_evaluator(
         seed: reset seed of every run (copy ``i`` gets ``seed + i``); ``None``: unseeded, so
             runs differ.
         device: the policy's device (``None``: from its parameters).
+        info_keys: scalar ``info`` entries to average over the episodes' last steps.
 
     Examples:
         >>> import torch
@@ -165,4 +180,4 @@ def create_evaluator(
         raise ValueError(f"create_evaluator: argument num_episodes must be a positive int, got {num_episodes!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"create_evaluator: argument seed must be a non-negative int or None, got {seed!r}")
-    return Evaluator(env, policy, num_episodes=num_episodes, seed=seed, device=device)
+    return Evaluator(env, policy, num_episodes=num_episodes, seed=seed, device=device, info_keys=info_keys)

@@ -183,7 +183,7 @@ class AllReducedEpisodeStats(EpisodeStats):
 class EvalSync:
     """Score each evaluation over the episodes of all ranks: on the evaluator's
     ``ITERATION_COMPLETED`` (first), gather every rank's episode returns and lengths
-    (``state.output``) and recompute ``evaluator.state.metrics`` from them, as one evaluator
+    (``state.output``, info keys included) and recompute ``evaluator.state.metrics`` from them, as one evaluator
     running all the episodes would. Handlers on the evaluator's ``COMPLETED`` (best-policy
     checkpoint, ``EarlyStopping``) and :class:`handlers.ValidationRollout` then read the same
     scores on every rank."""
@@ -192,11 +192,13 @@ class EvalSync:
         output = evaluator.state.output
         returns = gather_rows(output["return"]).double()
         lengths = gather_rows(output["length"])
-        evaluator.state.output = {**output, "return": returns.float(), "length": lengths}
+        infos = {name: gather_rows(values) for name, values in output.items() if name.startswith("info_")}
+        evaluator.state.output = {**output, "return": returns.float(), "length": lengths, **infos}
         stats = torch.stack([
             returns.mean(), returns.std(correction=0), returns.min(), returns.max(), lengths.double().mean()
         ]).tolist()
         evaluator.state.metrics.update(zip(EVAL_METRICS, stats))
+        evaluator.state.metrics.update((name, float(values.nanmean())) for name, values in infos.items())
 
     def attach(self, evaluator: Engine) -> EvalSync:
         add_handler_first(evaluator, Events.ITERATION_COMPLETED, self)

@@ -10,14 +10,15 @@ handlers that act on scores (``EarlyStopping``, ``Checkpoint(score_function=...)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from ignite.engine import Engine, Events
 from ignite.engine.events import RemovableEventHandle
 
-from engine_rl.evaluation import EVAL_METRICS, Evaluator, create_evaluator
+from engine_rl.collectors.info import check_info_keys
+from engine_rl.evaluation import Evaluator, create_evaluator
 from handlers._attach import add_handler, check_every
 
 __all__ = ["ValidationRollout"]
@@ -31,8 +32,9 @@ class ValidationRollout:
     under ``torch.no_grad()`` with the policy in eval mode (its previous mode is restored
     afterwards). It sets these floats in ``engine.state.metrics``
     (``prefix="eval"``): ``eval_return_mean``, ``eval_return_std`` (population std, 0 for one
-    episode), ``eval_return_min``, ``eval_return_max`` and ``eval_length_mean``, plus ``eval_frames`` (the
-    trainer's frame count at evaluation time). The trainer gets no event; the evaluator fires its
+    episode), ``eval_return_min``, ``eval_return_max`` and ``eval_length_mean``, ``eval_info_<key>``
+    for each of ``info_keys`` (the mean of ``info[key]`` at the episodes' last steps, e.g. a
+    success rate), plus ``eval_frames`` (the trainer's frame count at evaluation time). The trainer gets no event; the evaluator fires its
     own (``Events.COMPLETED`` after each evaluation, with the unprefixed scores in
     ``evaluator.state.metrics``): attach ``EarlyStopping`` or a best-policy ``Checkpoint`` there.
 
@@ -57,6 +59,8 @@ class ValidationRollout:
             (a run stopped with ``terminate(skip_completed=True)`` — a pause — is not scored).
         prefix: metric names start with ``f"{prefix}_"``.
         device: the policy's device (``None``: from its parameters).
+        info_keys: scalar entries of the env's ``info`` to average over the evaluated episodes'
+            last steps (see :func:`~engine_rl.evaluation.create_evaluator`).
 
     Examples:
         >>> import torch
@@ -86,6 +90,7 @@ class ValidationRollout:
         also_at_completion: bool = True,
         prefix: str = "eval",
         device: torch.device | str | None = None,
+        info_keys: Sequence[str] = (),
     ) -> None:
         if not callable(policy):
             raise TypeError(f"ValidationRollout: argument policy must be callable, got {type(policy).__name__}")
@@ -102,7 +107,10 @@ class ValidationRollout:
             raise ValueError(f"ValidationRollout: argument every_frames must be a positive int or None, got {every_frames!r}")
         self.every_frames = every_frames
         #: The evaluator each evaluation runs; attach score-based handlers to it.
-        self.evaluator: Evaluator = create_evaluator(env, policy, num_episodes=num_episodes, seed=seed, device=device)
+        info_keys = check_info_keys(info_keys, owner="ValidationRollout")
+        self.evaluator: Evaluator = create_evaluator(
+            env, policy, num_episodes=num_episodes, seed=seed, device=device, info_keys=info_keys
+        )
         self.event = event
         self.also_at_completion = also_at_completion
         self.prefix = prefix
@@ -139,7 +147,7 @@ class ValidationRollout:
     def evaluate(self) -> dict[str, float]:
         """Run the evaluator now and return the prefixed scores (also kept in :attr:`last`)."""
         metrics = self.evaluator.run().metrics
-        self.last = {f"{self.prefix}_{name}": float(metrics[name]) for name in EVAL_METRICS}
+        self.last = {f"{self.prefix}_{name}": float(metrics[name]) for name in self.evaluator.metric_names}
         self.num_evaluations += 1
         return self.last
 

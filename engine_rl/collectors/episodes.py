@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
+from engine_rl.collectors.info import INFO_KEY
 from engine_rl.collectors.policy import Policy
 from engine_rl.collectors.stepper import GymStepper
 
@@ -19,6 +22,7 @@ def run_episodes(
     *,
     seed: int | None = None,
     device: torch.device | str | None = None,
+    info_keys: Sequence[str] = (),
 ) -> dict[str, torch.Tensor]:
     """Reset ``env`` and run ``num_episodes`` complete episodes; return their returns and lengths.
 
@@ -35,9 +39,12 @@ def run_episodes(
         num_episodes: number of episodes (a positive int).
         seed: seed for ``env.reset`` (copy ``i`` gets ``seed + i``); ``None``: unseeded.
         device: the policy's device; ``None``: from its parameters.
+        info_keys: scalar entries of the env's ``info`` to read at each counted episode's last
+            step (e.g. ``"is_success"``; a copy that does not report one gives NaN).
 
     Returns:
-        ``{"return": float32 [num_episodes], "length": int64 [num_episodes]}``, grouped by copy.
+        ``{"return": float32 [num_episodes], "length": int64 [num_episodes]}``, grouped by copy,
+        plus ``"info_<key>"`` (float64 ``[num_episodes]``) for each of ``info_keys``.
 
     Examples:
         >>> from engine_rl.collectors import make_vec_env
@@ -49,7 +56,7 @@ def run_episodes(
     """
     if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
         raise ValueError(f"run_episodes: num_episodes must be a positive int, got {num_episodes!r}")
-    stepper = GymStepper(env, policy, device=device, owner="run_episodes")
+    stepper = GymStepper(env, policy, device=device, owner="run_episodes", info_keys=info_keys)
     n = stepper.num_envs
     quota = np.full(n, num_episodes // n, dtype=np.int64)
     quota[: num_episodes % n] += 1
@@ -59,6 +66,7 @@ def run_episodes(
     lengths = np.zeros(num_episodes, dtype=np.int64)
     ep_return = stepper.buffers[("next", "episode_return")].numpy()
     ep_length = stepper.buffers[("next", "episode_length")].numpy()
+    infos = {key: (stepper.arrays[(*INFO_KEY, key)], np.full(num_episodes, np.nan)) for key in stepper.info_keys}
     remaining = num_episodes
     with torch.no_grad():
         stepper.reset(seed=seed)
@@ -69,6 +77,10 @@ def run_episodes(
                 pos = offset[idx] + count[idx]
                 returns[pos] = ep_return[0, idx]
                 lengths[pos] = ep_length[0, idx]
+                for staged, values in infos.values():
+                    values[pos] = staged[0, idx]
                 count[idx] += 1
                 remaining -= len(idx)
-    return {"return": torch.from_numpy(returns), "length": torch.from_numpy(lengths)}
+    out = {"return": torch.from_numpy(returns), "length": torch.from_numpy(lengths)}
+    out.update((f"info_{key}", torch.from_numpy(values)) for key, (_, values) in infos.items())
+    return out

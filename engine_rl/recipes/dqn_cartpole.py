@@ -100,7 +100,8 @@ class DQNConfig:
     the replay buffer while the learner optimizes; learner weights go to it after every batch."""
     info_keys: tuple[str, ...] = ()
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
-    finish in each batch (``train_info_<key>`` in metrics.jsonl), e.g. ``--set info_keys=is_success``."""
+    finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
+    (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
     seed: int = 0
     """Seed of torch, the collector's envs and exploration, and the replay sampler."""
 
@@ -195,7 +196,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
 
     eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization)
     validation = ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
-                                   seed=cfg.eval_seed)
+                                   seed=cfg.eval_seed, info_keys=cfg.info_keys)
     validation.attach(trainer)
 
     return Setup(

@@ -105,7 +105,8 @@ class PPOConfig:
     """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
     info_keys: tuple[str, ...] = ()
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
-    finish in each batch (``train_info_<key>`` in metrics.jsonl), e.g. ``--set info_keys=is_success``."""
+    finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
+    (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
     seed: int = 0
     """Seed of torch, the envs, the policy's sampling and the minibatch shuffling."""
 
@@ -213,7 +214,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
 
     eval_env = _make_env(cfg, min(cfg.eval_episodes, 16))
     ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
-                      seed=cfg.eval_seed).attach(trainer)
+                      seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
 
     to_save = {"trainer": trainer, "policy": policy, "optimizer": optimizer, "collector": collector,
                "sampler": sampler}

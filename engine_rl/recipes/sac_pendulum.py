@@ -74,7 +74,8 @@ class SACConfig:
     """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
     info_keys: tuple[str, ...] = ()
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
-    finish in each batch (``train_info_<key>`` in metrics.jsonl), e.g. ``--set info_keys=is_success``."""
+    finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
+    (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
     precision: str = "float32"
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
     'bfloat16' (autocast; about 1.6x faster updates on a CPU with native bfloat16; parameters,
@@ -168,7 +169,7 @@ def build_sac(cfg: SACConfig) -> Setup:
     eval_policy = actor.deterministic()
     eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization)
     ValidationRollout(eval_env, eval_policy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
-                      seed=cfg.eval_seed).attach(trainer)
+                      seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
 
     return Setup(
         trainer=trainer,

@@ -148,10 +148,12 @@ def _eval_and_normalizer(rank: int, folder: Path) -> dict:
     from handlers.distributed import EvalSync, GatheredUpdates
 
     returns = torch.tensor([10.0, 30.0]) if rank == 0 else torch.tensor([50.0, 70.0, 90.0])
+    nan = float("nan")
+    success = torch.tensor([1.0, nan] if rank == 0 else [0.0, 1.0, 1.0], dtype=torch.float64)
 
     def evaluate(engine, _):
         engine.state.metrics.update(dict.fromkeys(EVAL_METRICS, -1.0))  # this rank's scores, replaced
-        return {"return": returns, "length": returns.long()}
+        return {"return": returns, "length": returns.long(), "info_success": success}
 
     evaluator = Engine(evaluate)
     at_completed = {}
@@ -292,6 +294,7 @@ def test_eval_scores_and_normalizer_statistics_over_all_ranks(ranks):
         assert e["return_mean"] == pytest.approx(50.0) and e["length_mean"] == pytest.approx(50.0)
         assert e["return_std"] == pytest.approx(returns.std(correction=0).item())
         assert (e["return_min"], e["return_max"]) == (10.0, 90.0)
+        assert e["info_success"] == pytest.approx(0.75)  # 3 of the 4 episodes that reported it, over both ranks
     n0, n1 = ranks[0]["eval_and_normalizer"], ranks[1]["eval_and_normalizer"]
     assert n0["norm_mean"].tolist() == [0.5, 0.5] and n0["norm_count"].item() == 6
     assert all(torch.equal(n0[k], n1[k]) for k in ("norm_mean", "norm_var", "norm_count"))

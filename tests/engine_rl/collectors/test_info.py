@@ -124,3 +124,37 @@ def test_all_reduced_episode_stats_average_info_too():
     AllReducedEpisodeStats(info_keys=["a"])(engine)
     m = engine.state.metrics
     assert m["train_return_mean"] == 3.0 and m["train_info_a"] == 3.0  # the unreported episode left out
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_evaluation_reads_info_at_the_episodes_last_step(mode):
+    from engine_rl.collectors import run_episodes
+    from engine_rl.evaluation import EVAL_METRICS, create_evaluator
+
+    res = run_episodes(_env(mode), _policy, num_episodes=5, seed=0, info_keys=["t", "flag", "absent"])
+    assert sorted(res) == ["info_absent", "info_flag", "info_t", "length", "return"]
+    assert res["info_t"].tolist() == [3.0] * 5  # the last step's value, not the first or a mean
+    assert res["info_flag"].tolist() == [1.0] * 5
+    assert torch.isnan(res["info_absent"]).all()
+
+    evaluator = create_evaluator(_env(mode), _policy, num_episodes=4, seed=0, info_keys=["flag", "absent"])
+    metrics = evaluator.run().metrics
+    assert evaluator.metric_names == EVAL_METRICS + ("info_flag", "info_absent")
+    assert metrics["info_flag"] == 1.0 and math.isnan(metrics["info_absent"])
+    assert metrics["length_mean"] == 3.0
+
+
+def test_validation_rollout_publishes_eval_info_and_rejects_bad_keys():
+    from handlers import ValidationRollout
+
+    rollout = ValidationRollout(_env(gym.vector.AutoresetMode.NEXT_STEP), _policy, num_episodes=2, seed=0,
+                                info_keys=["flag"])
+    scores = rollout.evaluate()
+    assert scores["eval_info_flag"] == 1.0 and scores["eval_return_mean"] == 3.0
+    with pytest.raises(ValueError, match=r"^ValidationRollout: argument info_keys must be a sequence of non-empty "
+                                         r"strings, got \[''\]$"):
+        ValidationRollout(_env(gym.vector.AutoresetMode.NEXT_STEP), _policy, info_keys=[""])
+    vec = ValidationRollout(_env(gym.vector.AutoresetMode.NEXT_STEP), _policy, num_episodes=2, seed=0,
+                            info_keys=["vec"])
+    with pytest.raises(ValueError, match=r"run_episodes: env info 'vec' must hold one number per env copy"):
+        vec.evaluate()
