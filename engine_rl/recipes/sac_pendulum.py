@@ -78,7 +78,7 @@ class SACConfig:
     (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
     precision: str = "float32"
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
-    'bfloat16' (autocast; about 1.6x faster updates on a CPU with native bfloat16; parameters,
+    'bfloat16' (autocast; about 1.3x faster updates on a CPU with native bfloat16; parameters,
     gradients, optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up actions and the replay sampler."""
