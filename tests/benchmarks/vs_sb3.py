@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,7 @@ def eval_override(algo: str) -> str:
 
 
 def run_engine(algo: str, frames: int, seed: int, threads: int, tmp: Path, keep_evals: bool,
-               overrides: list[str] = ()) -> dict[str, Any]:
+               overrides: Sequence[str] = ()) -> dict[str, Any]:
     out = tmp / f"{algo}-seed{seed}-{time.monotonic_ns()}"
     cmd = [sys.executable, "-m", "engine_rl", "train", RECIPES[algo], "--frames", str(frames), "--seed", str(seed),
            "--threads", str(threads), "--no-progress", "--out", str(out)]
