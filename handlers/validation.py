@@ -34,9 +34,10 @@ class ValidationRollout:
     (``prefix="eval"``): ``eval_return_mean``, ``eval_return_std`` (population std, 0 for one
     episode), ``eval_return_min``, ``eval_return_max`` and ``eval_length_mean``, ``eval_info_<key>``
     for each of ``info_keys`` (the mean of ``info[key]`` at the episodes' last steps, e.g. a
-    success rate), plus ``eval_frames`` (the trainer's frame count at evaluation time). The trainer gets no event; the evaluator fires its
-    own (``Events.COMPLETED`` after each evaluation, with the unprefixed scores in
-    ``evaluator.state.metrics``): attach ``EarlyStopping`` or a best-policy ``Checkpoint`` there.
+    success rate), plus ``eval_frames`` (the trainer's frame count at evaluation time). The
+    trainer gets no event; the evaluator fires its own (``Events.COMPLETED`` after each
+    evaluation, with the unprefixed scores in ``evaluator.state.metrics``): attach
+    ``EarlyStopping`` or a best-policy ``Checkpoint`` there.
 
     Every evaluation resets the env with the **same seed**, so successive scores differ only
     because the policy changed, not because the episodes' start states did. With ``seed=None``
