@@ -59,7 +59,8 @@ def main() -> None:
                 f"{mean:.1f} ± {std:.1f} | {', '.join(f'{f:.1f}' for f in finals)} | "
                 f"{statistics.median(walls):.0f} s |"
             )
-            records.append({"recipe": recipe, "overrides": args.overrides, "frames": summaries[0]["frames"], "seeds": args.seeds,
+            records.append({"recipe": recipe, "overrides": args.overrides, "frames": summaries[0]["frames"],
+                            "seeds": args.seeds,
                             "eval_return_mean_per_seed": finals, "mean": mean, "std": std, "wall_time_s": walls})
     print("| recipe | frames | seeds | final eval return (mean ± std over seeds) | per seed | median wall time |")
     print("|---|---|---|---|---|---|")
