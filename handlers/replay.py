@@ -4,7 +4,8 @@ Three thin adapters over :class:`engine_rl.replay.ReplayBuffer` (or anything wit
 ``extend``/``sample``/``update_priority``/``__len__``):
 
 - :class:`ReplayExtender` on ``RLEvents.BATCH_COLLECTED``: ``buffer.extend(state.batch)``.
-- :class:`ReplaySampler` on ``RLEvents.SAMPLE_REQUESTED``: ``state.sample = buffer.sample(n)``.
+- :class:`ReplaySampler` on ``RLEvents.SAMPLE_REQUESTED``: ``state.sample = buffer.sample(n)``
+  (or the next slice of a block drawn for several optim steps at once).
 - :class:`PriorityUpdater` on ``RLEvents.OPTIM_STEP_DONE``:
   ``buffer.update_priority(sample["index"], |sample["td_error"]|)``.
 
@@ -31,15 +32,17 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ignite.engine import Engine
 from ignite.engine.events import RemovableEventHandle
+from tensordict import TensorDictBase
 
 from engine_rl.engine import MASK_KEY
 from engine_rl.events import RLEvents
 from engine_rl.keys import NestedKey, require_keys
+from engine_rl.replay import PrioritizedSampler
 from handlers._attach import add_handler
 
 __all__ = ["PriorityUpdater", "ReplayExtender", "ReplaySampler"]
@@ -113,12 +116,26 @@ class ReplayExtender:
 class ReplaySampler:
     """Draw each optim step's sample from a replay buffer.
 
-    On ``RLEvents.SAMPLE_REQUESTED`` sets ``engine.state.sample = buffer.sample(batch_size)``;
-    the trainer's loss then gets that sample (with ``"index"`` and ``"weight"``).
+    On ``RLEvents.SAMPLE_REQUESTED`` sets ``engine.state.sample`` to a sample of ``batch_size``
+    rows (with ``"index"`` and ``"weight"``); the trainer's loss then gets it.
+
+    With ``prefetch=K`` the sampler draws ``K * batch_size`` rows in one ``buffer.sample`` call and
+    hands them out ``batch_size`` at a time over the next ``K`` optim steps. One large gather costs
+    far less than ``K`` small ones, and ``transform`` (if given) sees the whole block at once:
+    :meth:`engine_rl.algos.DQNLoss.add_target_values` runs the target network over all ``K``
+    samples in one forward pass. The rows are the same as ``K`` separate draws would give (a
+    :class:`~engine_rl.replay.UniformSampler` draws its positions one after the other from the
+    buffer's generator either way). Drawn-ahead rows never outlive the data they came from: the
+    block is dropped when a new batch is collected, so every batch's first optim step draws anew.
+    A prioritized buffer is refused: its priorities change after every optim step.
 
     Args:
         buffer: a :class:`~engine_rl.replay.ReplayBuffer` (or any object with ``sample`` and ``len``).
         batch_size: rows per sample.
+        prefetch: optim steps' samples drawn at once (1: one draw per step). Set it to the
+            trainer's ``optim_steps_per_batch`` to draw once per batch.
+        transform: called on each drawn block (a TensorDict of ``prefetch * batch_size`` rows)
+            before it is split; it may add entries in place or return a new TensorDict.
 
     Examples:
         >>> import torch
@@ -133,25 +150,68 @@ class ReplaySampler:
         >>> _ = buffer.extend(TensorDict({"observation": torch.zeros(6, 2)}, [6]))
         >>> sampler.sample().batch_size
         torch.Size([4])
+        >>> ahead = ReplaySampler(buffer, batch_size=4, prefetch=3)
+        >>> [ahead.sample().batch_size[0] for _ in range(4)], ahead.blocks_drawn
+        ([4, 4, 4, 4], 2)
     """
 
-    def __init__(self, buffer: Any, batch_size: int) -> None:
+    def __init__(
+        self,
+        buffer: Any,
+        batch_size: int,
+        *,
+        prefetch: int = 1,
+        transform: Callable[[TensorDictBase], TensorDictBase | None] | None = None,
+    ) -> None:
         self.buffer = _check_buffer(buffer, ["sample", "__len__"], "ReplaySampler")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"ReplaySampler: argument batch_size must be a positive int, got {batch_size!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"ReplaySampler: argument prefetch must be a positive int, got {prefetch!r}")
+        if prefetch > 1 and isinstance(getattr(buffer, "sampler", None), PrioritizedSampler):
+            raise ValueError(
+                f"ReplaySampler: prefetch={prefetch} needs a uniform sampler; the buffer's PrioritizedSampler "
+                "changes its priorities after every optim step, so rows drawn ahead would use stale ones "
+                "(use prefetch=1)"
+            )
+        if transform is not None and not callable(transform):
+            raise TypeError(f"ReplaySampler: argument transform must be callable or None, got {type(transform).__name__}")
         self.batch_size = batch_size
+        self.prefetch = prefetch
+        self.transform = transform
+        self.blocks_drawn = 0
+        """Number of ``buffer.sample`` calls so far (one per block of ``prefetch`` samples)."""
+        self._queue: list[TensorDictBase] = []
+        self._block_batch: int | None = None  # trainer batch the queued rows were drawn in
 
     def sample(self) -> Any:
-        """``buffer.sample(batch_size)``, with a clear error if the buffer is empty."""
+        """The next sample: from the current block, or from a new block drawn when it is used up."""
+        if not self._queue:
+            self._queue = self._draw_block()
+        return self._queue.pop()
+
+    def _draw_block(self) -> list[TensorDictBase]:
         if len(self.buffer) == 0:
             raise ValueError(
                 "ReplaySampler: the replay buffer is empty, nothing to sample; collect frames first, "
                 f"e.g. create_trainer(..., learning_starts=N) with N >= batch_size ({self.batch_size}) "
                 "and a ReplayExtender attached"
             )
-        return self.buffer.sample(self.batch_size)
+        block = self.buffer.sample(self.batch_size * self.prefetch)
+        self.blocks_drawn += 1
+        if self.transform is not None:
+            returned = self.transform(block)
+            if returned is not None:
+                block = returned
+        if self.prefetch == 1:
+            return [block]
+        return list(block.split(self.batch_size))[::-1]  # popped from the end: first rows first
 
     def __call__(self, engine: Engine) -> None:
+        batches = getattr(engine.state, "batches", None)
+        if batches != self._block_batch:  # new data since the block was drawn
+            self._queue = []
+            self._block_batch = batches
         engine.state.sample = self.sample()
 
     def attach(

@@ -3,6 +3,13 @@
 The loss reads a replay sample and writes ``td_error`` into it, so a prioritized buffer's
 :class:`handlers.PriorityUpdater` picks it up with no coupling to the loss. The target network
 is a plain module updated by :class:`handlers.TargetNetUpdater`.
+
+Target values ahead of time. While the target network does not change (hard copies between
+collected batches), its values ``Q_target(s', .)`` for a whole batch's optim steps can come from
+one forward pass instead of one per step: :meth:`DQNLoss.add_target_values` writes them into a
+block of samples (``ReplaySampler(..., prefetch=K, transform=loss.add_target_values)``), stamped
+with the target network's version; the loss uses them only while that version is current and
+runs the target network itself otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +23,12 @@ from torch import nn
 
 from engine_rl.keys import require_keys
 
-__all__ = ["QValuePolicy", "DQNLoss"]
+__all__ = ["QValuePolicy", "DQNLoss", "TARGET_VALUE_KEY", "TARGET_VERSION_KEY"]
+
+TARGET_VALUE_KEY = ("next", "target_action_value")
+"""Key of ``Q_target(s', a)`` for every action ``a``, ``[*batch, num_actions]``, written ahead of time."""
+TARGET_VERSION_KEY = ("next", "target_version")
+"""Key of the target network's version (int64, one per row) when :data:`TARGET_VALUE_KEY` was written."""
 
 
 class QValuePolicy(nn.Module):
@@ -75,6 +87,12 @@ class DQNLoss(nn.Module):
         >>> out = loss_fn(sample)
         >>> sorted(out.keys()), sample["td_error"].shape
         (['loss'], torch.Size([5]))
+
+        Target values computed ahead of time give the same loss:
+
+        >>> block = loss_fn.add_target_values(sample.exclude("td_error"))
+        >>> block["next", "target_action_value"].shape, bool(loss_fn(block)["loss"] == out["loss"])
+        (torch.Size([5, 2]), True)
     """
 
     in_keys = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
@@ -100,6 +118,45 @@ class DQNLoss(nn.Module):
         self.gamma = gamma
         self.double = double
         self.loss_kind = loss
+        self.precomputed_steps = 0
+        """Optim steps whose target values came from :meth:`add_target_values` (a diagnostic)."""
+
+    def target_version(self) -> int:
+        """A number that changes whenever the target network's parameters or buffers change.
+
+        The sum of their version counters, which every in-place write bumps (``copy_``,
+        ``lerp_``, ``load_state_dict``, ...), so hard and soft updates both change it.
+        """
+        return sum(t._version for t in self.target_qnet.parameters()) + sum(
+            t._version for t in self.target_qnet.buffers()
+        )
+
+    @torch.no_grad()
+    def add_target_values(self, sample: TensorDictBase) -> TensorDictBase:
+        """Write the target network's values of ``("next", "observation")`` into ``sample``.
+
+        Adds :data:`TARGET_VALUE_KEY` (``Q_target(s', .)``, all actions) and
+        :data:`TARGET_VERSION_KEY` (:meth:`target_version` now) in place and returns ``sample``.
+        :meth:`forward` uses them for as long as the target network is unchanged.
+        """
+        try:
+            next_obs = sample["next", "observation"]
+        except KeyError:
+            require_keys(sample, [("next", "observation")], consumer="DQNLoss.add_target_values")
+            raise
+        values = self.target_qnet(next_obs)
+        sample.set(TARGET_VALUE_KEY, values)
+        stamp = torch.full(values.shape[:-1], self.target_version(), dtype=torch.int64, device=values.device)
+        sample.set(TARGET_VERSION_KEY, stamp)
+        return sample
+
+    def _target_values(self, sample: TensorDictBase, next_obs: torch.Tensor) -> torch.Tensor:
+        values = sample.get(TARGET_VALUE_KEY, None)
+        stamp = sample.get(TARGET_VERSION_KEY, None)
+        if values is not None and stamp is not None and int(stamp.reshape(-1)[0]) == self.target_version():
+            self.precomputed_steps += 1
+            return values
+        return self.target_qnet(next_obs)
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         try:
@@ -116,7 +173,7 @@ class DQNLoss(nn.Module):
         with torch.no_grad():
             # s' goes through the online net without autograd: backward then covers only the
             # batch's own rows (a forward of s and s' together would back-propagate both)
-            q_next_target = self.target_qnet(next_obs)
+            q_next_target = self._target_values(sample, next_obs)
             if self.double:
                 next_action = self.qnet(next_obs).argmax(dim=-1, keepdim=True)
                 next_value = q_next_target.gather(-1, next_action).squeeze(-1)

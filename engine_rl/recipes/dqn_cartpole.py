@@ -5,7 +5,9 @@ frame), lr 2.3e-3, batch 64, 256x256 MLP, epsilon 1 -> 0.04 over 16% of 50k fram
 refreshed between training phases. Here: ``num_envs`` copies filling a 256-frame batch, then
 128 optim steps; the target network is hard-copied every 128 optim steps (once per batch);
 double-DQN targets; and the learning rate decays linearly to 0 (``lr_end``), which keeps the
-final policy from the late collapses DQN is known for on CartPole.
+final policy from the late collapses DQN is known for on CartPole. Each batch's 128 samples are
+drawn in one go, with the target network's values for all of them from one forward pass
+(``sample_ahead``; the target network only changes between batches).
 """
 
 from __future__ import annotations
@@ -81,6 +83,12 @@ class DQNConfig:
     """Hard target-network copy every this many optim steps (ignored when ``target_tau`` is set)."""
     target_tau: float | None = None
     """Soft (Polyak) target update rate applied every optim step instead of hard copies (None: hard)."""
+    sample_ahead: bool = True
+    """Draw a batch's ``optim_steps_per_batch`` samples in one go and run the target network over
+    all of them in one forward pass (``ReplaySampler(prefetch=...)`` with
+    ``DQNLoss.add_target_values``): the same rows as one draw per step, and the same targets
+    while the target network is unchanged (the loss checks; with ``target_tau`` it changes every
+    step, so only the sampling is done ahead). Ignored with ``prioritized`` or ``async_collection``."""
     max_grad_norm: float = 10.0
     """Gradient clipping by global norm (<= 0 disables)."""
     prioritized: bool = False
@@ -184,7 +192,12 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         collector.attach(trainer)  # stop the worker before the final evaluation
     else:
         ReplayExtender(buffer).attach(trainer)
-    ReplaySampler(buffer, cfg.batch_size).attach(trainer)
+    ahead = cfg.sample_ahead and not cfg.prioritized and not cfg.async_collection
+    ReplaySampler(
+        buffer, cfg.batch_size,
+        prefetch=cfg.optim_steps_per_batch if ahead else 1,
+        transform=loss.add_target_values if ahead and cfg.target_tau is None else None,
+    ).attach(trainer)
     if cfg.prioritized:
         PriorityUpdater(buffer).attach(trainer)
     if cfg.max_grad_norm > 0:

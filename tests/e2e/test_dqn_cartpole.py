@@ -9,7 +9,10 @@ import torch
 from ignite.handlers import Checkpoint
 
 from engine_rl.cli import main
+from engine_rl.events import RLEvents
+from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config, train
+from handlers import ReplaySampler
 
 
 def _lines(path):
@@ -52,6 +55,28 @@ def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
         assert torch.equal(a, b)
     setup.close()
     assert json.loads((out / "config.json").read_text())["total_frames"] == 3072
+
+
+@pytest.mark.parametrize(
+    "overrides, blocks, precomputed",
+    [
+        ({}, "per batch", True),  # one draw and one target forward per batch, used by every step
+        ({"target_tau": 0.005}, "per batch", False),  # soft updates change the target every step
+        ({"prioritized": True}, "per step", False),
+        ({"sample_ahead": False}, "per step", False),
+    ],
+)
+def test_recipe_samples_a_whole_batch_of_optim_steps_at_once(overrides, blocks, precomputed):
+    cfg = make_config("dqn-cartpole", {"total_frames": 1536, "learning_starts": 512, "eval_every": 100,
+                                       "eval_episodes": 1, **overrides})
+    setup = get_recipe("dqn-cartpole").build(cfg)
+    trainer = setup.trainer
+    (sampler,) = [f for f, *_ in trainer._event_handlers[RLEvents.SAMPLE_REQUESTED] if isinstance(f, ReplaySampler)]
+    trainer.run()
+    setup.close()
+    assert trainer.state.optim_steps == 128 * 5  # batches 2..6 of 256 frames learn
+    assert sampler.blocks_drawn == (5 if blocks == "per batch" else 128 * 5)
+    assert trainer.loss_module.precomputed_steps == (128 * 5 if precomputed else 0)
 
 
 def test_cli_errors_name_the_problem(capsys):

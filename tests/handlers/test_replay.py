@@ -119,6 +119,62 @@ def test_sampler_on_empty_buffer_points_at_learning_starts():
         trainer.run(max_epochs=1)
 
 
+def _filled_buffer(seed=0):
+    buffer = ReplayBuffer(1000, seed=seed)
+    for batch in _batches(3):
+        buffer.extend(batch)
+    return buffer
+
+
+def test_prefetch_hands_out_the_rows_of_separate_draws_one_block_at_a_time():
+    single, ahead = ReplaySampler(_filled_buffer(), batch_size=5), ReplaySampler(_filled_buffer(), batch_size=5, prefetch=4)
+    for _ in range(10):
+        a, b = single.sample(), ahead.sample()
+        assert b.batch_size == torch.Size([5])
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["observation"], b["observation"])
+    assert (single.blocks_drawn, ahead.blocks_drawn) == (10, 3)
+
+
+def test_prefetch_transform_sees_each_whole_block_and_may_replace_it():
+    seen = []
+
+    def add_row_number(block):
+        seen.append(block.batch_size[0])
+        return block.set("row", torch.arange(block.batch_size[0]))
+
+    sampler = ReplaySampler(_filled_buffer(), batch_size=3, prefetch=2, transform=add_row_number)
+    rows = [sampler.sample()["row"].tolist() for _ in range(3)]
+    assert seen == [6, 6]
+    assert rows == [[0, 1, 2], [3, 4, 5], [0, 1, 2]]
+    replaced = ReplaySampler(_filled_buffer(), batch_size=2, transform=lambda b: b.select("index"))
+    assert list(replaced.sample().keys()) == ["index"]
+
+
+def test_prefetched_rows_are_dropped_when_a_new_batch_arrives():
+    buffer = ReplayBuffer(1000, seed=0)
+    trainer = _trainer(_batches(3), optim_steps_per_batch=2)
+    ReplayExtender(buffer).attach(trainer)
+    sampler = ReplaySampler(buffer, batch_size=5, prefetch=3)
+    sampler.attach(trainer)
+    newest = []
+    trainer.add_event_handler(RLEvents.OPTIM_STEP_DONE, lambda e: newest.append(int(e.state.sample["index"].max())))
+    trainer.run(max_epochs=1)
+    # 2 steps per batch from a 3-step block: each batch draws its own block, from the rows it can see
+    assert sampler.blocks_drawn == 3
+    assert max(newest[:2]) < 8 <= max(newest[2:4]) and max(newest[4:]) >= 16  # new rows are drawn
+
+
+def test_prefetch_refuses_prioritized_replay_and_bad_arguments():
+    prioritized = ReplayBuffer(10, sampler=PrioritizedSampler())
+    with pytest.raises(ValueError, match=r"ReplaySampler: prefetch=4 needs a uniform sampler.*use prefetch=1"):
+        ReplaySampler(prioritized, batch_size=2, prefetch=4)
+    ReplaySampler(prioritized, batch_size=2, prefetch=1)  # fine: one draw per step
+    with pytest.raises(ValueError, match="ReplaySampler: argument prefetch must be a positive int, got 0"):
+        ReplaySampler(ReplayBuffer(10), batch_size=2, prefetch=0)
+    with pytest.raises(TypeError, match="ReplaySampler: argument transform must be callable or None, got int"):
+        ReplaySampler(ReplayBuffer(10), batch_size=2, transform=3)
+
+
 @pytest.mark.parametrize("td_shape", [(), (1,)])
 def test_priority_updater_writes_abs_td_error_into_the_tree(td_shape):
     alpha, eps = 0.7, 1e-3
