@@ -29,6 +29,7 @@ TARGET_VALUE_KEY = ("next", "target_action_value")
 """Key of ``Q_target(s', a)`` for every action ``a``, ``[*batch, num_actions]``, written ahead of time."""
 TARGET_VERSION_KEY = ("next", "target_version")
 """Key of the target network's version (int64, one per row) when :data:`TARGET_VALUE_KEY` was written."""
+_TARGET_CHUNK = 1024  # rows per target-network pass in add_target_values
 
 
 class QValuePolicy(nn.Module):
@@ -144,7 +145,12 @@ class DQNLoss(nn.Module):
         except KeyError:
             require_keys(sample, [("next", "observation")], consumer="DQNLoss.add_target_values")
             raise
-        values = self.target_qnet(next_obs)
+        if next_obs.shape[0] > _TARGET_CHUNK:
+            # in slices: one pass over 8192 rows runs ~2x slower here than eight over 1024, whose
+            # activations stay in cache
+            values = torch.cat([self.target_qnet(rows) for rows in next_obs.split(_TARGET_CHUNK)])
+        else:
+            values = self.target_qnet(next_obs)
         sample.set(TARGET_VALUE_KEY, values)
         stamp = torch.full(values.shape[:-1], self.target_version(), dtype=torch.int64, device=values.device)
         sample.set(TARGET_VERSION_KEY, stamp)

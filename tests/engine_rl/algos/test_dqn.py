@@ -103,6 +103,15 @@ def test_target_values_added_ahead_give_the_same_loss(double):
     assert loss_fn.precomputed_steps == 1
 
 
+def test_target_values_of_a_large_block_match_one_pass():
+    torch.manual_seed(0)
+    loss_fn = DQNLoss(mlp(4, 3, (32, 32)))
+    block = TensorDict({("next", "observation"): torch.randn(2500, 4)}, [2500])  # 3 slices of <= 1024 rows
+    values = loss_fn.add_target_values(block)[TARGET_VALUE_KEY]
+    assert values.shape == (2500, 3)
+    torch.testing.assert_close(values, loss_fn.target_qnet(block["next", "observation"]))
+
+
 @pytest.mark.parametrize("update", ["copy", "lerp", "load_state_dict"])
 def test_target_values_added_ahead_are_ignored_once_the_target_changes(update):
     online = TableQ([[1.0, 2.0], [3.0, 0.5], [0.0, 9.0]])
