@@ -13,9 +13,10 @@ from engine_rl.algos.policies import (
 )
 from engine_rl.algos.ppo import PPOLoss
 from engine_rl.algos.sac import QEnsemble, SACLoss
+from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
 
 __all__ = [
     "ActorCritic", "CategoricalActorCritic", "DQNLoss", "DeterministicActor", "GaussianActor",
-    "GaussianActorCritic", "PPOLoss", "QEnsemble", "QValuePolicy", "RandomWarmup", "SACLoss",
-    "TanhGaussianActor", "gae", "make_actor_critic", "mlp",
+    "GaussianActorCritic", "GaussianNoise", "PPOLoss", "QEnsemble", "QValuePolicy", "RandomWarmup", "SACLoss",
+    "TD3Loss", "TanhActor", "TanhGaussianActor", "gae", "make_actor_critic", "mlp",
 ]

@@ -87,16 +87,24 @@ class QEnsemble(nn.Module):
             self.weights.append(nn.Parameter(torch.empty(num_q, fan_in, fan_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(num_q, 1, fan_out).uniform_(-bound, bound)))
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor, *, detach_params: bool = False) -> torch.Tensor:
+    def forward(
+        self, obs: torch.Tensor, action: torch.Tensor, *, detach_params: bool = False, first: int | None = None
+    ) -> torch.Tensor:
         """Q values ``[num_q, *batch]`` of ``obs [*batch, obs_dim]`` and ``action [*batch, action_dim]``.
 
         With ``detach_params=True`` the critics' parameters are treated as constants: gradients
-        flow to the inputs (e.g. the actor's action) but never into the critics.
+        flow to the inputs (e.g. the actor's action) but never into the critics. ``first=k``
+        evaluates only the first ``k`` critics (``[k, *batch]``; TD3's actor loss uses ``Q_1``).
         """
+        num_q = self.num_q if first is None else first
+        if not 1 <= num_q <= self.num_q:
+            raise ValueError(f"QEnsemble: first must be in [1, {self.num_q}], got {first!r}")
         batch = obs.shape[:-1]
         x = torch.cat([obs, action], dim=-1).reshape(1, -1, obs.shape[-1] + action.shape[-1])
-        x = x.expand(self.num_q, -1, -1)
+        x = x.expand(num_q, -1, -1)
         layers = list(zip(self.weights, self.biases))
+        if num_q < self.num_q:
+            layers = [(w[:num_q], b[:num_q]) for w, b in layers]
         if detach_params:
             layers = [(w.detach(), b.detach()) for w, b in layers]
         for w, b in layers[:-1]:
@@ -108,7 +116,7 @@ class QEnsemble(nn.Module):
                 x = self._output_layer(x.to(w.dtype), w, b)
         else:
             x = self._output_layer(x, w, b)
-        return x.reshape(self.num_q, *batch)
+        return x.reshape(num_q, *batch)
 
     @staticmethod
     def _output_layer(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -221,6 +221,13 @@ def test_q_ensemble_equals_independent_mlps_and_detach_blocks_param_grads():
     detached.sum().backward()
     assert act.grad is not None and all(p.grad is None for p in q.parameters())
     assert q(torch.randn(2, 4, 3), torch.randn(2, 4, 2)).shape == (3, 2, 4)
+    # the first k critics alone: the same values, and gradients only for their slices
+    first = q(obs, act.detach(), first=2)
+    torch.testing.assert_close(first, out[:2])
+    first.sum().backward()
+    assert q.weights[1].grad[:2].abs().sum() > 0 and q.weights[1].grad[2].abs().sum() == 0
+    with pytest.raises(ValueError, match=r"QEnsemble: first must be in \[1, 3\], got 4"):
+        q(obs, act, first=4)
 
 
 def test_loss_state_dict_round_trips_with_weights_only():

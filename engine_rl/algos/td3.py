@@ -1,0 +1,253 @@
+"""TD3 (Fujimoto et al., 2018): a deterministic actor, twin critics, delayed actor updates.
+
+Built from the SAC parts: :class:`~engine_rl.algos.sac.QEnsemble` holds the twin critics and
+:class:`handlers.TargetNetUpdater` Polyak-averages the target networks. Two TD3 ingredients
+need no engine support:
+
+- **Delayed actor updates.** :class:`TD3Loss` returns ``loss_actor`` only on every
+  ``policy_delay``-th call. On the other steps the actor gets no gradient, and Adam leaves
+  parameters without a gradient untouched (their step count included), so the actor's optimizer
+  simply skips those steps. Attach the target updaters with ``every=policy_delay``: they then
+  run on the same steps as the actor update, as in the paper and Stable-Baselines3.
+- **Target policy smoothing.** The critics' target uses the target actor's action plus clipped
+  Gaussian noise: ``a' = clip(mu'(s') + clip(N(0, target_noise), -noise_clip, noise_clip), -1, 1)``,
+  ``y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')``.
+
+The critics' loss is ``sum_i mean((Q_i(s, a) - y)^2)`` and the actor's ``-mean(Q_1(s, mu(s)))``
+with the critics' parameters detached (only the first critic, as in the paper). Actions are
+handled in the unit box ``[-1, 1]`` and scaled to the env's bounds by :class:`TanhActor`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from engine_rl.algos.actors import box_bounds
+from engine_rl.algos.networks import mlp
+from engine_rl.exploration import SeededPolicyWrapper
+from engine_rl.keys import require_keys
+
+__all__ = ["GaussianNoise", "TanhActor", "TD3Loss"]
+
+
+class TanhActor(nn.Module):
+    """A deterministic policy ``action = bias + scale * tanh(net(observation))``.
+
+    Called on a TensorDict it writes ``"action"`` in the env's bounds; :meth:`unit_action` gives
+    the action in ``[-1, 1]`` (what the critics see); :meth:`scale` and :meth:`unscale` convert.
+    Exploration noise is a separate wrapper (:class:`GaussianNoise`), so this module is also the
+    evaluation policy.
+
+    Args:
+        net: maps observations ``[..., obs_dim]`` to ``[..., action_dim]`` (pre-tanh).
+        low: lower action bounds ``[action_dim]``.
+        high: upper action bounds ``[action_dim]``.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> actor = TanhActor.build(3, gym.spaces.Box(-2.0, 2.0, (1,)), hidden=(8,))
+        >>> td = actor(TensorDict({"observation": torch.zeros(4, 3)}, [4]))
+        >>> td["action"].shape, bool(td["action"].abs().max() <= 2.0)
+        (torch.Size([4, 1]), True)
+    """
+
+    in_keys = ["observation"]
+    out_keys = ["action"]
+
+    def __init__(self, net: nn.Module, *, low: torch.Tensor | Sequence[float], high: torch.Tensor | Sequence[float]) -> None:
+        super().__init__()
+        low_t = torch.as_tensor(low, dtype=torch.float32).reshape(-1)
+        high_t = torch.as_tensor(high, dtype=torch.float32).reshape(-1)
+        if low_t.shape != high_t.shape or low_t.numel() == 0 or not bool((high_t > low_t).all()):
+            raise ValueError(
+                f"TanhActor: need low and high of the same non-empty shape with high > low, got "
+                f"low={low_t.tolist()}, high={high_t.tolist()}"
+            )
+        self.net = net
+        self.action_dim = int(low_t.numel())
+        self.register_buffer("action_scale", (high_t - low_t) / 2)
+        self.register_buffer("action_bias", (high_t + low_t) / 2)
+
+    @classmethod
+    def build(
+        cls, obs_dim: int, action_space: Any, *, hidden: Sequence[int] = (400, 300),
+        activation: type[nn.Module] = nn.ReLU,
+    ) -> TanhActor:
+        """An MLP actor ``obs_dim -> hidden... -> action_dim`` for a Box ``action_space`` (a
+        ``ValueError`` naming the space for any other)."""
+        low, high = box_bounds(action_space, owner="TanhActor")
+        return cls(mlp(obs_dim, low.numel(), hidden, activation=activation), low=low, high=high)
+
+    def unit_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """``tanh(net(obs))`` in ``[-1, 1]``."""
+        return torch.tanh(self.net(obs))
+
+    def scale(self, unit_action: torch.Tensor) -> torch.Tensor:
+        """``[-1, 1]`` -> env bounds."""
+        return torch.addcmul(self.action_bias, self.action_scale, unit_action)
+
+    def unscale(self, action: torch.Tensor) -> torch.Tensor:
+        """Env bounds -> ``[-1, 1]`` (inverse of :meth:`scale`)."""
+        return (action - self.action_bias) / self.action_scale
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        td.set("action", self.scale(self.unit_action(td["observation"])))
+        return td
+
+
+class GaussianNoise(SeededPolicyWrapper):
+    """Exploration for a :class:`TanhActor`: add ``N(0, std)`` in the unit box, then clip.
+
+    ``action = scale(clip(unit_action + std * eps, -1, 1))`` with ``eps`` from the wrapper's own
+    generator (saved in its ``state_dict`` with the frame count), as Stable-Baselines3 adds its
+    action noise to the actor's ``[-1, 1]`` output.
+
+    Args:
+        actor: the :class:`TanhActor` to perturb.
+        std: noise standard deviation in unit-box units (rl-zoo's TD3 Pendulum: 0.1).
+        seed: generator seed (``None``: drawn from torch's global generator).
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> actor = TanhActor.build(3, gym.spaces.Box(-2.0, 2.0, (1,)), hidden=(8,))
+        >>> noisy = GaussianNoise(actor, std=0.5, seed=0)
+        >>> obs = TensorDict({"observation": torch.zeros(6, 3)}, [6])
+        >>> a, b = noisy(obs.clone())["action"], actor(obs.clone())["action"]
+        >>> bool((a != b).any()), bool(a.abs().max() <= 2.0), noisy.frames
+        (True, True, 6)
+    """
+
+    def __init__(self, actor: TanhActor, *, std: float, seed: int | None = None) -> None:
+        super().__init__(seed=seed)
+        if not isinstance(actor, TanhActor):
+            raise TypeError(f"GaussianNoise: actor must be a TanhActor, got {type(actor).__name__}")
+        if isinstance(std, bool) or not isinstance(std, (int, float)) or std < 0:
+            raise ValueError(f"GaussianNoise: std must be a non-negative number, got {std!r}")
+        self.actor = actor
+        self.std = float(std)
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        self.frames += td.batch_size.numel()
+        unit = self.actor.unit_action(td["observation"])
+        eps = torch.randn(unit.shape, generator=self._generator).to(unit.device)
+        td.set("action", self.actor.scale((unit + self.std * eps).clamp(-1.0, 1.0)))
+        return td
+
+    def extra_repr(self) -> str:
+        return f"std={self.std}"
+
+
+class TD3Loss(nn.Module):
+    """The TD3 losses: ``loss_qvalue`` every call, ``loss_actor`` every ``policy_delay``-th call.
+
+    Reads a replay sample (``observation``, ``action`` in env bounds, ``("next", "observation")``,
+    ``("next", "reward")``, ``("next", "terminated")``, optional importance ``weight``) and
+    writes ``td_error`` (``max_i |Q_i(s, a) - y|``) into it. The call count (:attr:`updates`)
+    is a buffer, so it is saved in the ``state_dict`` and a resumed run delays on the same steps.
+    See the module docstring for the formulas.
+
+    Args:
+        actor: the :class:`TanhActor`.
+        critic: a :class:`~engine_rl.algos.sac.QEnsemble` (``critic(obs, unit_action,
+            detach_params=..., first=...) -> [num_q, batch]``).
+        target_actor: default: a frozen deep copy of ``actor``.
+        target_critic: default: a frozen deep copy of ``critic``.
+        gamma: discount factor in [0, 1].
+        policy_delay: critic updates per actor update (>= 1).
+        target_noise: std of the target policy smoothing noise (unit-box units, >= 0).
+        noise_clip: the smoothing noise is clipped to ``[-noise_clip, noise_clip]`` (>= 0).
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> from engine_rl.algos.sac import QEnsemble
+        >>> _ = torch.manual_seed(0)
+        >>> actor = TanhActor.build(3, gym.spaces.Box(-2.0, 2.0, (1,)), hidden=(16,))
+        >>> loss_fn = TD3Loss(actor, QEnsemble(3, 1, (16,)), gamma=0.98)
+        >>> sample = TensorDict({
+        ...     "observation": torch.randn(8, 3), "action": torch.rand(8, 1) * 4 - 2,
+        ...     ("next", "observation"): torch.randn(8, 3), ("next", "reward"): torch.randn(8),
+        ...     ("next", "terminated"): torch.zeros(8, dtype=torch.bool)}, [8])
+        >>> [sorted(loss_fn(sample).keys()) for _ in range(2)]  # the actor's loss every 2nd call
+        [['loss_qvalue'], ['loss_actor', 'loss_qvalue']]
+    """
+
+    in_keys = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
+
+    def __init__(
+        self,
+        actor: TanhActor,
+        critic: nn.Module,
+        *,
+        target_actor: TanhActor | None = None,
+        target_critic: nn.Module | None = None,
+        gamma: float = 0.99,
+        policy_delay: int = 2,
+        target_noise: float = 0.2,
+        noise_clip: float = 0.5,
+    ) -> None:
+        super().__init__()
+        if not isinstance(actor, TanhActor):
+            raise TypeError(f"TD3Loss: actor must be a TanhActor, got {type(actor).__name__}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"TD3Loss: gamma must be in [0, 1], got {gamma}")
+        if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
+            raise ValueError(f"TD3Loss: policy_delay must be a positive int, got {policy_delay!r}")
+        for name, value in (("target_noise", target_noise), ("noise_clip", noise_clip)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"TD3Loss: {name} must be a non-negative number, got {value!r}")
+        self.actor = actor
+        self.critic = critic
+        self.target_actor = (copy.deepcopy(actor) if target_actor is None else target_actor).requires_grad_(False)
+        self.target_critic = (copy.deepcopy(critic) if target_critic is None else target_critic).requires_grad_(False)
+        self.gamma = float(gamma)
+        self.policy_delay = policy_delay
+        self.target_noise = float(target_noise)
+        self.noise_clip = float(noise_clip)
+        self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, sample: TensorDictBase) -> TensorDictBase:
+        try:
+            obs = sample["observation"]
+            action = self.actor.unscale(sample["action"])
+            next_obs = sample["next", "observation"]
+            batch = obs.shape[:-1]
+            reward = sample["next", "reward"].reshape(batch)
+            not_terminated = ~sample["next", "terminated"].reshape(batch)
+        except KeyError:
+            require_keys(sample, self.in_keys, consumer="TD3Loss")  # raises, naming the missing keys
+            raise
+        self.updates += 1
+
+        with torch.no_grad():
+            next_unit = self.target_actor.unit_action(next_obs)
+            noise = (torch.randn_like(next_unit) * self.target_noise).clamp(-self.noise_clip, self.noise_clip)
+            next_q = self.target_critic(next_obs, (next_unit + noise).clamp(-1.0, 1.0)).amin(0)
+            # TD target: y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')
+            target = torch.addcmul(reward, not_terminated.to(reward.dtype), next_q, value=self.gamma)
+
+        q = self.critic(obs, action)  # [num_q, batch]
+        error = q - target
+        sq = error.square()
+        weight = sample.get("weight", None)
+        if weight is not None:
+            sq = sq * weight.reshape(batch)
+        out = {"loss_qvalue": sq.flatten(1).mean(1).sum()}
+        sample.set("td_error", error.detach().abs().amax(0))
+
+        if int(self.updates) % self.policy_delay == 0:
+            q_pi = self.critic(obs, self.actor.unit_action(obs), detach_params=True, first=1)[0]
+            out["loss_actor"] = -q_pi.mean()
+        return TensorDict(out, batch_size=[])
+
+    def extra_repr(self) -> str:
+        return (
+            f"gamma={self.gamma}, policy_delay={self.policy_delay}, target_noise={self.target_noise}, "
+            f"noise_clip={self.noise_clip}"
+        )

@@ -1,0 +1,172 @@
+"""``td3-pendulum``: TD3 on Pendulum-v1 with rl-baselines3-zoo's hyperparameters.
+
+rl-zoo's ``hyperparams/td3.yml`` for Pendulum-v1: ``n_timesteps: 20000``, ``gamma: 0.98``,
+``buffer_size: 200000``, ``learning_starts: 10000``, ``noise_type: normal``, ``noise_std: 0.1``,
+``train_freq: [1, episode]``, ``gradient_steps: -1`` (as many gradient steps as frames after each
+episode), ``learning_rate: 1e-3``, ``net_arch: [400, 300]``; the rest is Stable-Baselines3's TD3
+default: ``batch_size=256``, ``tau=0.005``, ``policy_delay=2``, ``target_policy_noise=0.2``,
+``target_noise_clip=0.5``, ReLU MLPs, one Adam each for the actor and the critics, uniform
+random actions before ``learning_starts``. Here a batch is one Pendulum episode (200 frames,
+one env) followed by 200 gradient steps; the actor and both target networks are updated on
+every second one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import torch
+
+from engine_rl.algos.actors import RandomWarmup
+from engine_rl.algos.sac import QEnsemble
+from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
+from engine_rl.collectors import GymCollector, make_vec_env
+from engine_rl.engine import create_trainer
+from engine_rl.optim import FastAdam
+from engine_rl.recipes.base import Setup, register
+from engine_rl.replay import ReplayBuffer
+from handlers import ReplayExtender, ReplaySampler, TargetNetUpdater, ValidationRollout
+
+__all__ = ["TD3Config", "build_td3"]
+
+
+@dataclass(kw_only=True)
+class TD3Config:
+    env_id: str = "Pendulum-v1"
+    """Gymnasium id of an environment with a continuous (Box) action space."""
+    num_envs: int = 1
+    """Environment copies stepped together by the collector (rl-zoo: 1)."""
+    vectorization: str = "sync"
+    """Gymnasium vectorization: 'sync', 'async' or 'vector_entry_point' (if the env has one)."""
+    total_frames: int = 20_000
+    """Frames to collect in the whole run (rl-zoo: n_timesteps 20000)."""
+    frames_per_batch: int = 200
+    """Frames per collected batch, a multiple of num_envs (rl-zoo: train_freq one episode, 200 frames on Pendulum)."""
+    optim_steps_per_batch: int | None = None
+    """Gradient steps after each batch; None: one per frame collected (rl-zoo: gradient_steps=-1)."""
+    learning_starts: int = 10_000
+    """Frames of uniform random actions collected before the first gradient step (rl-zoo: 10000)."""
+    buffer_size: int = 200_000
+    """Replay capacity in transitions (rl-zoo: 200000; capped at total_frames, which never fill more)."""
+    batch_size: int = 256
+    """Transitions per gradient step (SB3: 256)."""
+    lr: float = 1e-3
+    """Adam learning rate of the actor and the critics (rl-zoo: 1e-3)."""
+    gamma: float = 0.98
+    """Discount factor (rl-zoo: 0.98)."""
+    tau: float = 0.005
+    """Polyak rate of the target actor and critics, applied on the actor's update steps."""
+    hidden: tuple[int, ...] = (400, 300)
+    """Hidden layer widths of the actor and of each critic (rl-zoo: net_arch [400, 300])."""
+    policy_delay: int = 2
+    """Critic updates per actor (and target) update (SB3: 2)."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian noise added to the actor's [-1, 1] action while collecting (rl-zoo: 0.1)."""
+    target_noise: float = 0.2
+    """Std of the target policy smoothing noise, in [-1, 1] action units (SB3: 0.2)."""
+    noise_clip: float = 0.5
+    """Clip of the target policy smoothing noise (SB3: 0.5)."""
+    eval_every_frames: int = 2_000
+    """Evaluate every this many frames (and at the end of the run)."""
+    eval_episodes: int = 10
+    """Deterministic (noise-free) evaluation episodes per evaluation."""
+    eval_seed: int = 10_000
+    """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
+    info_keys: tuple[str, ...] = ()
+    """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
+    finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
+    (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
+    seed: int = 0
+    """Seed of torch, the collector's envs, the warm-up and exploration noise, and the replay sampler."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "total_frames", "frames_per_batch", "buffer_size", "batch_size",
+                     "eval_every_frames", "eval_episodes", "policy_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"TD3Config: {name} must be a positive int, got {value!r}")
+        steps = self.optim_steps_per_batch
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0):
+            raise ValueError(f"TD3Config: optim_steps_per_batch must be a positive int or None, got {steps!r}")
+        if self.frames_per_batch % self.num_envs:
+            raise ValueError(
+                f"TD3Config: frames_per_batch ({self.frames_per_batch}) must be a multiple of "
+                f"num_envs ({self.num_envs})"
+            )
+        starts = self.learning_starts
+        if isinstance(starts, bool) or not isinstance(starts, int) or starts < 0:
+            raise ValueError(f"TD3Config: learning_starts must be a non-negative int, got {starts!r}")
+        if starts > self.total_frames:
+            raise ValueError(f"TD3Config: learning_starts ({starts}) exceeds total_frames ({self.total_frames})")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"TD3Config: tau must be in (0, 1], got {self.tau}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"TD3Config: gamma must be in [0, 1], got {self.gamma}")
+        if not self.lr > 0.0:
+            raise ValueError(f"TD3Config: lr must be > 0, got {self.lr}")
+        for name in ("exploration_noise", "target_noise", "noise_clip"):
+            if not getattr(self, name) >= 0.0:
+                raise ValueError(f"TD3Config: {name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def steps_per_batch(self) -> int:
+        """Gradient steps after each batch (``optim_steps_per_batch`` or ``frames_per_batch``)."""
+        return self.frames_per_batch if self.optim_steps_per_batch is None else self.optim_steps_per_batch
+
+    @property
+    def eval_every(self) -> int:
+        """Batches between evaluations."""
+        return max(1, self.eval_every_frames // self.frames_per_batch)
+
+
+@register("td3-pendulum", TD3Config, "TD3 on Pendulum-v1 (rl-zoo hyperparameters), 20k frames")
+def build_td3(cfg: TD3Config) -> Setup:
+    torch.manual_seed(cfg.seed)
+    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
+    space = env.single_action_space
+    if not isinstance(space, gym.spaces.Box):
+        env.close()
+        raise ValueError(
+            f"td3 needs a continuous (Box) action space; {cfg.env_id} has {type(space).__name__} actions "
+            "(use a discrete-action algorithm such as DQN)"
+        )
+    obs_dim = int(env.single_observation_space.shape[0])
+
+    actor = TanhActor.build(obs_dim, space, hidden=cfg.hidden)
+    critic = QEnsemble(obs_dim, actor.action_dim, cfg.hidden, num_q=2)
+    loss = TD3Loss(actor, critic, gamma=cfg.gamma, policy_delay=cfg.policy_delay,
+                   target_noise=cfg.target_noise, noise_clip=cfg.noise_clip)
+    noisy = GaussianNoise(actor, std=cfg.exploration_noise, seed=cfg.seed + 1)
+    explore = RandomWarmup(noisy, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
+    collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
+                             info_keys=cfg.info_keys)
+    optimizers = {"actor": FastAdam(actor.parameters(), lr=cfg.lr), "critic": FastAdam(critic.parameters(), lr=cfg.lr)}
+    buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed)
+
+    trainer = create_trainer(
+        collector, loss, optimizers,
+        total_frames=cfg.total_frames,
+        learning_starts=cfg.learning_starts,
+        optim_steps_per_batch=cfg.steps_per_batch,
+    )
+    ReplayExtender(buffer).attach(trainer)
+    ReplaySampler(buffer, cfg.batch_size).attach(trainer)
+    # on the actor's update steps (the loss's calls policy_delay, 2 * policy_delay, ...)
+    TargetNetUpdater(critic, loss.target_critic, tau=cfg.tau, every=cfg.policy_delay).attach(trainer)
+    TargetNetUpdater(actor, loss.target_actor, tau=cfg.tau, every=cfg.policy_delay).attach(trainer)
+
+    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization)
+    ValidationRollout(eval_env, actor, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
+                      seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
+
+    return Setup(
+        trainer=trainer,
+        to_save={
+            "trainer": trainer, "loss": loss, "replay": buffer, "collector": collector, "exploration": explore,
+            **{f"{name}_optimizer": opt for name, opt in optimizers.items()},
+        },
+        eval_policy=actor,
+        total_frames=cfg.total_frames,
+        closers=[collector.shutdown, eval_env.close],
+    )
