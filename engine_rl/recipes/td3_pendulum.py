@@ -24,6 +24,7 @@ from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
 from engine_rl.collectors import GymCollector, make_vec_env
 from engine_rl.engine import create_trainer
 from engine_rl.optim import FastAdam
+from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup, register
 from engine_rl.replay import ReplayBuffer
 from handlers import ReplayExtender, ReplaySampler, TargetNetUpdater, ValidationRollout
@@ -73,6 +74,10 @@ class TD3Config:
     """Deterministic (noise-free) evaluation episodes per evaluation."""
     eval_seed: int = 10_000
     """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
+    precision: str = "float32"
+    """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
+    'bfloat16' (autocast on a CPU with native bfloat16; parameters, gradients, optimizer state and
+    the networks' output layers stay float32; engine_rl.precision)."""
     info_keys: tuple[str, ...] = ()
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
     finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
@@ -105,6 +110,8 @@ class TD3Config:
             raise ValueError(f"TD3Config: gamma must be in [0, 1], got {self.gamma}")
         if not self.lr > 0.0:
             raise ValueError(f"TD3Config: lr must be > 0, got {self.lr}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"TD3Config: precision must be one of {PRECISIONS}, got {self.precision!r}")
         for name in ("exploration_noise", "target_noise", "noise_clip"):
             if not getattr(self, name) >= 0.0:
                 raise ValueError(f"TD3Config: {name} must be >= 0, got {getattr(self, name)}")
@@ -144,8 +151,9 @@ def build_td3(cfg: TD3Config) -> Setup:
     optimizers = {"actor": FastAdam(actor.parameters(), lr=cfg.lr), "critic": FastAdam(critic.parameters(), lr=cfg.lr)}
     buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed)
 
+    dtype = compute_dtype(cfg.precision, owner="TD3Config")
     trainer = create_trainer(
-        collector, loss, optimizers,
+        collector, loss if dtype is None else AutocastLoss(loss, dtype, device_type="cpu"), optimizers,
         total_frames=cfg.total_frames,
         learning_starts=cfg.learning_starts,
         optim_steps_per_batch=cfg.steps_per_batch,

@@ -18,6 +18,10 @@ the run (``learning_rate`` and ``clip_range`` of PPO):
 - SAC Pendulum-v1 (rl-zoo: n_timesteps 20000, 1 env): learning_rate 1e-3 (SB3 defaults: buffer
   1e6, learning_starts 100, batch 256, tau 0.005, gamma 0.99, train_freq 1, gradient_steps 1,
   ent_coef 'auto', net_arch [256, 256]).
+- TD3 Pendulum-v1 (rl-zoo: n_timesteps 20000, 1 env): gamma 0.98, buffer_size 200000,
+  learning_starts 10000, normal action noise of std 0.1, train_freq (1, "episode"),
+  gradient_steps -1, learning_rate 1e-3, net_arch [400, 300] (SB3 defaults: batch 256, tau 0.005,
+  policy_delay 2, target_policy_noise 0.2, target_noise_clip 0.5).
 
 Training uses ``torch.set_num_threads(threads)`` (default 1, as engine_rl's run) and
 ``device="cpu"``. Evaluation after training: 10 deterministic episodes
@@ -36,8 +40,8 @@ import json
 import time
 from typing import Any
 
-ENV_IDS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1"}
-DEFAULT_FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000}
+ENV_IDS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1"}
+DEFAULT_FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000, "td3": 20_000}
 EVAL_VECTORIZATION = {"CartPole-v1": "vector_entry_point", "Pendulum-v1": "sync"}
 
 
@@ -48,7 +52,7 @@ def linear(start: float) -> Any:
 
 def make_model(algo: str, seed: int) -> Any:
     """The SB3 model for ``algo`` with rl-zoo's hyperparameters (see the module docstring)."""
-    from stable_baselines3 import DQN, PPO, SAC
+    from stable_baselines3 import DQN, PPO, SAC, TD3
     from stable_baselines3.common.env_util import make_vec_env
 
     env_id = ENV_IDS[algo]
@@ -68,6 +72,16 @@ def make_model(algo: str, seed: int) -> Any:
     if algo == "sac":
         return SAC("MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), learning_rate=1e-3, seed=seed,
                    device="cpu", verbose=0)
+    if algo == "td3":
+        import numpy as np
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        return TD3(
+            "MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), gamma=0.98, buffer_size=200_000,
+            learning_starts=10_000, action_noise=NormalActionNoise(np.zeros(1), 0.1 * np.ones(1)),
+            train_freq=(1, "episode"), gradient_steps=-1, learning_rate=1e-3,
+            policy_kwargs={"net_arch": [400, 300]}, seed=seed, device="cpu", verbose=0,
+        )
     raise ValueError(f"sb3_side: --algo must be one of {sorted(ENV_IDS)}, got {algo!r}")
 
 

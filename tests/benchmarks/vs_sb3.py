@@ -1,6 +1,7 @@
 """engine_rl vs Stable-Baselines3: wall time and evaluation return at rl-zoo's budgets and hyperparameters.
 
-Run ``python tests/benchmarks/vs_sb3.py [--algos dqn ppo sac] [--reps N] [--quick]``; prints
+Run ``python tests/benchmarks/vs_sb3.py [--algos dqn ppo sac td3] [--reps N] [--quick]`` (default
+``dqn ppo sac``); prints
 one JSON line (progress goes to stderr). Target (issue 3): engine_rl at most 0.5x SB3's wall
 time at an equal or better evaluation return.
 
@@ -19,8 +20,8 @@ Arms, run one after the other on this machine, in separate processes:
   eval_every=...``) so both arms evaluate once, after training (``--keep-evals`` keeps them).
 
 Same for both: frame budget (rl-zoo's n_timesteps: DQN CartPole 50k, PPO CartPole 100k with 8
-envs, SAC Pendulum 20k; ``--quick`` runs a tenth), seed (repetition ``r`` uses seed ``r``),
-one torch thread (``torch.set_num_threads`` in both, plus ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``),
+envs, SAC Pendulum 20k, TD3 Pendulum 20k; ``--quick`` runs a tenth), seed (repetition ``r``
+uses seed ``r``), one torch thread (``torch.set_num_threads`` in both, plus ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``),
 evaluation protocol (10 deterministic episodes on a 10-copy vector env reset with seed 10000,
 copy ``i`` seeded ``10000 + i``, the first episode of each copy counted: identical initial states
 on both sides). Known difference: engine_rl's dqn-cartpole collects its 256-frame batches from 8
@@ -58,8 +59,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 SB3_SIDE = Path(__file__).resolve().with_name("sb3_side.py")
 DEFAULT_VENV = Path.home() / ".cache" / "engine_rl" / "sb3-venv"
-RECIPES = {"dqn": "dqn-cartpole", "ppo": "ppo-cartpole", "sac": "sac-pendulum"}
-FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000}
+RECIPES = {"dqn": "dqn-cartpole", "ppo": "ppo-cartpole", "sac": "sac-pendulum", "td3": "td3-pendulum"}
+FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000, "td3": 20_000}
 TORCH_PIN = "torch==2.13.0"
 NO_EVAL = 10**9
 
@@ -173,7 +174,8 @@ def med(runs: list[dict[str, Any]], key: str) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algos", nargs="+", choices=sorted(RECIPES), default=sorted(RECIPES))
+    p.add_argument("--algos", nargs="+", choices=sorted(RECIPES), default=["dqn", "ppo", "sac"],
+                   help="algorithms to compare (default: issue 3's dqn ppo sac; td3 on request)")
     p.add_argument("--reps", type=int, default=1, help="repetitions of each arm (interleaved; default 1)")
     p.add_argument("--quick", action="store_true", help="a tenth of the frame budgets (smoke test)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on both sides (default 1)")
