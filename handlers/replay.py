@@ -123,7 +123,7 @@ class ReplaySampler:
     hands them out ``batch_size`` at a time over the next ``K`` optim steps. One large gather costs
     far less than ``K`` small ones, and ``transform`` (if given) sees the whole block at once:
     :meth:`engine_rl.algos.DQNLoss.add_target_values` runs the target network over all ``K``
-    samples in one forward pass. The rows are the same as ``K`` separate draws would give (a
+    samples in a few large forward passes. The rows are the same as ``K`` separate draws would give (a
     :class:`~engine_rl.replay.UniformSampler` draws its positions one after the other from the
     buffer's generator either way). Drawn-ahead rows never outlive the data they came from: the
     block is dropped when a new batch is collected, so every batch's first optim step draws anew.
@@ -208,10 +208,10 @@ class ReplaySampler:
         return list(block.split(self.batch_size))[::-1]  # popped from the end: first rows first
 
     def __call__(self, engine: Engine) -> None:
-        batches = getattr(engine.state, "batches", None)
-        if batches != self._block_batch:  # new data since the block was drawn
+        iteration = engine.state.iteration  # one collected batch per iteration
+        if iteration != self._block_batch:  # new data since the block was drawn
             self._queue = []
-            self._block_batch = batches
+            self._block_batch = iteration
         engine.state.sample = self.sample()
 
     def attach(

@@ -6,7 +6,7 @@ is a plain module updated by :class:`handlers.TargetNetUpdater`.
 
 Target values ahead of time. While the target network does not change (hard copies between
 collected batches), its values ``Q_target(s', .)`` for a whole batch's optim steps can come from
-one forward pass instead of one per step: :meth:`DQNLoss.add_target_values` writes them into a
+a few large forward passes instead of one small one per step: :meth:`DQNLoss.add_target_values` writes them into a
 block of samples (``ReplaySampler(..., prefetch=K, transform=loss.add_target_values)``), stamped
 with the target network's version; the loss uses them only while that version is current and
 runs the target network itself otherwise.

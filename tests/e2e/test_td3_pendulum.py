@@ -115,9 +115,20 @@ def test_errors_name_the_problem(capsys):
 
 @pytest.mark.slow
 @pytest.mark.ci
+def test_td3_pendulum_learns_quickly(tmp_path):
+    """CI bar: seed 0, the default config cut to 14k frames (4k gradient steps after the 10k random
+    ones; about 1 min here; seed 0 reaches about -150): mean deterministic return over 10 episodes
+    >= -600 (random play: about -1200 to -1500)."""
+    summary = train("td3-pendulum", make_config("td3-pendulum", {"seed": 0, "total_frames": 14_000}), tmp_path,
+                    progress=False)
+    assert summary["frames"] == 14_000
+    assert summary["eval_return_mean"] >= -600, summary
+
+
+@pytest.mark.slow
 def test_td3_pendulum_learns_within_20k_frames(tmp_path):
-    """CI bar: seed 0, 20k frames, default config: mean deterministic return over 10 episodes
-    >= -600 (random play: about -1200 to -1500; the README's table has every seed measured)."""
+    """Seed 0, default config (20k frames, rl-zoo hyperparameters): >= -200, SAC's bar in issue 3
+    (the README's table has every seed measured)."""
     summary = train("td3-pendulum", make_config("td3-pendulum", {"seed": 0}), tmp_path, progress=False)
     assert summary["frames"] == 20_000
-    assert summary["eval_return_mean"] >= -600, summary
+    assert summary["eval_return_mean"] >= -200, summary
