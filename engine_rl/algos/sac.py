@@ -32,7 +32,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.algos.actors import TanhGaussianActor
-from engine_rl.keys import require_keys
+from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
 
 __all__ = ["QEnsemble", "SACLoss"]
 
@@ -164,7 +164,7 @@ class SACLoss(nn.Module):
         (['alpha', 'entropy', 'loss_actor', 'loss_alpha', 'loss_qvalue'], -1.0, torch.Size([8]))
     """
 
-    in_keys = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
+    in_keys = TRANSITION_KEYS
 
     def __init__(
         self,
@@ -200,16 +200,7 @@ class SACLoss(nn.Module):
         return float(self.log_alpha.detach().exp())
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
-        try:
-            obs = sample["observation"]
-            action = self.actor.unscale(sample["action"])
-            next_obs = sample["next", "observation"]
-            batch = obs.shape[:-1]
-            reward = sample["next", "reward"].reshape(batch)
-            not_terminated = ~sample["next", "terminated"].reshape(batch)
-        except KeyError:
-            require_keys(sample, self.in_keys, consumer="SACLoss")  # raises, naming the missing keys
-            raise
+        obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="SACLoss")
         alpha = self.log_alpha.detach().exp()
 
         with torch.no_grad():
@@ -219,14 +210,7 @@ class SACLoss(nn.Module):
             soft_next_value = next_q - alpha * next_log_prob
             target = torch.addcmul(reward, not_terminated.to(reward.dtype), soft_next_value, value=self.gamma)
 
-        q = self.critic(obs, action)  # [num_q, batch]
-        error = q - target
-        sq = error.square()
-        weight = sample.get("weight", None)
-        if weight is not None:
-            sq = sq * weight.reshape(batch)
-        loss_qvalue = 0.5 * sq.flatten(1).mean(1).sum()
-        sample.set("td_error", error.detach().abs().amax(0))
+        loss_qvalue = 0.5 * q_regression(self.critic, obs, action, target, sample)
 
         new_action, log_prob = self.actor.sample(obs)
         q_new = self.critic(obs, new_action, detach_params=True).amin(0)

@@ -25,14 +25,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.algos.actors import box_bounds
+from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
 from engine_rl.algos.networks import mlp
 from engine_rl.exploration import SeededPolicyWrapper
-from engine_rl.keys import require_keys
 
 __all__ = ["GaussianNoise", "TanhActor", "TD3Loss"]
 
@@ -178,7 +177,7 @@ class TD3Loss(nn.Module):
         [['loss_qvalue'], ['loss_actor', 'loss_qvalue']]
     """
 
-    in_keys = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
+    in_keys = TRANSITION_KEYS
 
     def __init__(
         self,
@@ -213,16 +212,7 @@ class TD3Loss(nn.Module):
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
-        try:
-            obs = sample["observation"]
-            action = self.actor.unscale(sample["action"])
-            next_obs = sample["next", "observation"]
-            batch = obs.shape[:-1]
-            reward = sample["next", "reward"].reshape(batch)
-            not_terminated = ~sample["next", "terminated"].reshape(batch)
-        except KeyError:
-            require_keys(sample, self.in_keys, consumer="TD3Loss")  # raises, naming the missing keys
-            raise
+        obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="TD3Loss")
         self.updates += 1
 
         with torch.no_grad():
@@ -232,14 +222,7 @@ class TD3Loss(nn.Module):
             # TD target: y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')
             target = torch.addcmul(reward, not_terminated.to(reward.dtype), next_q, value=self.gamma)
 
-        q = self.critic(obs, action)  # [num_q, batch]
-        error = q - target
-        sq = error.square()
-        weight = sample.get("weight", None)
-        if weight is not None:
-            sq = sq * weight.reshape(batch)
-        out = {"loss_qvalue": sq.flatten(1).mean(1).sum()}
-        sample.set("td_error", error.detach().abs().amax(0))
+        out = {"loss_qvalue": q_regression(self.critic, obs, action, target, sample)}
 
         if int(self.updates) % self.policy_delay == 0:
             q_pi = self.critic(obs, self.actor.unit_action(obs), detach_params=True, first=1)[0]

@@ -11,7 +11,16 @@ __all__ = ["apply_overrides", "describe_config", "field_docs"]
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Docstrings written under each dataclass field (``x: int = 1`` then ``\"\"\"doc\"\"\"``)."""
+    """Docstrings written under each dataclass field (``x: int = 1`` then ``\"\"\"doc\"\"\"``),
+    base classes' first, so a subclass that redeclares a field documents it anew."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     import inspect
 
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import gymnasium as gym
 import torch
 
 from engine_rl.algos.actors import RandomWarmup
@@ -24,8 +23,9 @@ from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
 from engine_rl.collectors import GymCollector, make_vec_env
 from engine_rl.engine import create_trainer
 from engine_rl.optim import FastAdam
-from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
+from engine_rl.precision import AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup, register
+from engine_rl.recipes.off_policy import OffPolicyConfig, make_box_env
 from engine_rl.replay import ReplayBuffer
 from handlers import ReplayExtender, ReplaySampler, TargetNetUpdater, ValidationRollout
 
@@ -33,15 +33,7 @@ __all__ = ["TD3Config", "build_td3"]
 
 
 @dataclass(kw_only=True)
-class TD3Config:
-    env_id: str = "Pendulum-v1"
-    """Gymnasium id of an environment with a continuous (Box) action space."""
-    num_envs: int = 1
-    """Environment copies stepped together by the collector (rl-zoo: 1)."""
-    vectorization: str = "sync"
-    """Gymnasium vectorization: 'sync', 'async' or 'vector_entry_point' (if the env has one)."""
-    total_frames: int = 20_000
-    """Frames to collect in the whole run (rl-zoo: n_timesteps 20000)."""
+class TD3Config(OffPolicyConfig):
     frames_per_batch: int = 200
     """Frames per collected batch, a multiple of num_envs (rl-zoo: train_freq one episode, 200 frames on Pendulum)."""
     optim_steps_per_batch: int | None = None
@@ -68,76 +60,26 @@ class TD3Config:
     """Std of the target policy smoothing noise, in [-1, 1] action units (SB3: 0.2)."""
     noise_clip: float = 0.5
     """Clip of the target policy smoothing noise (SB3: 0.5)."""
-    eval_every_frames: int = 2_000
-    """Evaluate every this many frames (and at the end of the run)."""
     eval_episodes: int = 10
     """Deterministic (noise-free) evaluation episodes per evaluation."""
-    eval_seed: int = 10_000
-    """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
-    precision: str = "float32"
-    """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
-    'bfloat16' (autocast on a CPU with native bfloat16; parameters, gradients, optimizer state and
-    the networks' output layers stay float32; engine_rl.precision)."""
-    info_keys: tuple[str, ...] = ()
-    """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
-    finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
-    (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up and exploration noise, and the replay sampler."""
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "total_frames", "frames_per_batch", "buffer_size", "batch_size",
-                     "eval_every_frames", "eval_episodes", "policy_delay"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"TD3Config: {name} must be a positive int, got {value!r}")
-        steps = self.optim_steps_per_batch
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0):
-            raise ValueError(f"TD3Config: optim_steps_per_batch must be a positive int or None, got {steps!r}")
-        if self.frames_per_batch % self.num_envs:
-            raise ValueError(
-                f"TD3Config: frames_per_batch ({self.frames_per_batch}) must be a multiple of "
-                f"num_envs ({self.num_envs})"
-            )
-        starts = self.learning_starts
-        if isinstance(starts, bool) or not isinstance(starts, int) or starts < 0:
-            raise ValueError(f"TD3Config: learning_starts must be a non-negative int, got {starts!r}")
-        if starts > self.total_frames:
-            raise ValueError(f"TD3Config: learning_starts ({starts}) exceeds total_frames ({self.total_frames})")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"TD3Config: tau must be in (0, 1], got {self.tau}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"TD3Config: gamma must be in [0, 1], got {self.gamma}")
-        if not self.lr > 0.0:
-            raise ValueError(f"TD3Config: lr must be > 0, got {self.lr}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"TD3Config: precision must be one of {PRECISIONS}, got {self.precision!r}")
+        super().__post_init__()
+        delay = self.policy_delay
+        if isinstance(delay, bool) or not isinstance(delay, int) or delay <= 0:
+            raise ValueError(f"TD3Config: policy_delay must be a positive int, got {delay!r}")
         for name in ("exploration_noise", "target_noise", "noise_clip"):
             if not getattr(self, name) >= 0.0:
                 raise ValueError(f"TD3Config: {name} must be >= 0, got {getattr(self, name)}")
-
-    @property
-    def steps_per_batch(self) -> int:
-        """Gradient steps after each batch (``optim_steps_per_batch`` or ``frames_per_batch``)."""
-        return self.frames_per_batch if self.optim_steps_per_batch is None else self.optim_steps_per_batch
-
-    @property
-    def eval_every(self) -> int:
-        """Batches between evaluations."""
-        return max(1, self.eval_every_frames // self.frames_per_batch)
 
 
 @register("td3-pendulum", TD3Config, "TD3 on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")
 def build_td3(cfg: TD3Config) -> Setup:
     torch.manual_seed(cfg.seed)
-    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
+    env = make_box_env(cfg, algo="td3")
     space = env.single_action_space
-    if not isinstance(space, gym.spaces.Box):
-        env.close()
-        raise ValueError(
-            f"td3 needs a continuous (Box) action space; {cfg.env_id} has {type(space).__name__} actions "
-            "(use a discrete-action algorithm such as DQN)"
-        )
     obs_dim = int(env.single_observation_space.shape[0])
 
     actor = TanhActor.build(obs_dim, space, hidden=cfg.hidden)

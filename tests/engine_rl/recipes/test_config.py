@@ -30,6 +30,20 @@ def test_every_field_is_documented():
 
     assert {f.name for f in dataclasses.fields(DQNConfig)} == set(docs)
     assert "lr = 0.0023  # Adam learning rate at the start of the run." in describe_config(DQNConfig())
+    from engine_rl.recipes import RECIPES
+
+    for name, recipe in RECIPES.items():
+        assert {f.name for f in dataclasses.fields(recipe.config_cls)} == set(field_docs(recipe.config_cls)), name
+
+
+def test_subclassed_configs_inherit_field_docs_and_redeclared_fields_document_anew():
+    from engine_rl.recipes.off_policy import OffPolicyConfig
+    from engine_rl.recipes.td3_pendulum import TD3Config
+
+    base, td3 = field_docs(OffPolicyConfig), field_docs(TD3Config)
+    assert td3["env_id"] == base["env_id"]  # inherited
+    assert td3["gamma"] == "Discount factor (rl-zoo: 0.98)." != base["gamma"]  # redeclared
+    assert "gamma = 0.98  # Discount factor (rl-zoo: 0.98)." in describe_config(TD3Config())
 
 
 def test_unknown_recipe():

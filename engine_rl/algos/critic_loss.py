@@ -1,0 +1,68 @@
+"""The parts SAC's and TD3's losses share: reading a replay transition and regressing the critics.
+
+Examples:
+    >>> import torch
+    >>> from tensordict import TensorDict
+    >>> from engine_rl.algos.sac import QEnsemble
+    >>> sample = TensorDict({
+    ...     "observation": torch.zeros(4, 3), "action": torch.zeros(4, 1),
+    ...     ("next", "observation"): torch.zeros(4, 3), ("next", "reward"): torch.ones(4),
+    ...     ("next", "terminated"): torch.tensor([False, False, True, True])}, [4])
+    >>> obs, action, next_obs, reward, not_terminated = read_transition(sample, lambda a: a, consumer="demo")
+    >>> reward.shape, not_terminated.tolist()
+    (torch.Size([4]), [True, True, False, False])
+    >>> loss = q_regression(QEnsemble(3, 1, (8,)), obs, action, torch.zeros(4), sample)
+    >>> loss.shape, sample["td_error"].shape
+    (torch.Size([]), torch.Size([4]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from engine_rl.keys import require_keys
+
+__all__ = ["TRANSITION_KEYS", "q_regression", "read_transition"]
+
+TRANSITION_KEYS = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
+"""The replay sample entries :func:`read_transition` reads."""
+
+
+def read_transition(
+    sample: TensorDictBase, unscale: Callable[[torch.Tensor], torch.Tensor], *, consumer: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(obs, action, next_obs, reward, not_terminated)`` of a replay sample.
+
+    ``action`` is ``unscale(sample["action"])`` (env bounds to the critics' ``[-1, 1]``);
+    ``reward`` and ``not_terminated`` are shaped like the batch. A missing key raises a
+    ``KeyError`` naming it, the sample's keys and ``consumer``.
+    """
+    try:
+        obs = sample["observation"]
+        action = unscale(sample["action"])
+        next_obs = sample["next", "observation"]
+        batch = obs.shape[:-1]
+        reward = sample["next", "reward"].reshape(batch)
+        not_terminated = ~sample["next", "terminated"].reshape(batch)
+    except KeyError:
+        require_keys(sample, TRANSITION_KEYS, consumer=consumer)  # raises, naming the missing keys
+        raise
+    return obs, action, next_obs, reward, not_terminated
+
+
+def q_regression(
+    critic: nn.Module, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor, sample: TensorDictBase
+) -> torch.Tensor:
+    """``sum_i mean(w * (Q_i(s, a) - y)^2)`` over the critics, ``w`` the sample's importance
+    ``weight`` (1 without one); writes ``td_error = max_i |Q_i(s, a) - y|`` into ``sample``."""
+    error = critic(obs, action) - target  # [num_q, batch]
+    sq = error.square()
+    weight = sample.get("weight", None)
+    if weight is not None:
+        sq = sq * weight.reshape(target.shape)
+    sample.set("td_error", error.detach().abs().amax(0))
+    return sq.flatten(1).mean(1).sum()

@@ -1,0 +1,122 @@
+"""What the continuous-control off-policy recipes share: their config fields and the env check.
+
+``sac-pendulum`` and ``td3-pendulum`` subclass :class:`OffPolicyConfig` and redeclare the fields
+whose defaults (and rl-zoo notes) differ; :func:`make_box_env` builds the training env and
+refuses one without a continuous action space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from engine_rl.collectors import make_vec_env
+from engine_rl.precision import PRECISIONS
+
+__all__ = ["OffPolicyConfig", "make_box_env"]
+
+
+@dataclass(kw_only=True)
+class OffPolicyConfig:
+    env_id: str = "Pendulum-v1"
+    """Gymnasium id of an environment with a continuous (Box) action space."""
+    num_envs: int = 1
+    """Environment copies stepped together by the collector (rl-zoo: 1)."""
+    vectorization: str = "sync"
+    """Gymnasium vectorization: 'sync', 'async' or 'vector_entry_point' (if the env has one)."""
+    total_frames: int = 20_000
+    """Frames to collect in the whole run (rl-zoo: n_timesteps 20000)."""
+    frames_per_batch: int = 1
+    """Frames per collected batch, a multiple of num_envs (SB3: train_freq * num_envs)."""
+    optim_steps_per_batch: int | None = None
+    """Gradient steps after each batch; None: one per frame collected (SB3: gradient_steps=1 per train_freq=1)."""
+    learning_starts: int = 100
+    """Frames of uniform random actions collected before the first gradient step (SB3: 100)."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions (SB3: 1e6; capped at total_frames, which never fill more)."""
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    lr: float = 1e-3
+    """Adam learning rate of every network (rl-zoo: 1e-3)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak rate of the target networks."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the actor and of each critic."""
+    eval_every_frames: int = 2_000
+    """Evaluate every this many frames (and at the end of the run)."""
+    eval_episodes: int = 10
+    """Deterministic evaluation episodes per evaluation."""
+    eval_seed: int = 10_000
+    """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
+    info_keys: tuple[str, ...] = ()
+    """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
+    finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
+    (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
+    precision: str = "float32"
+    """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
+    'bfloat16' (autocast; faster updates on a CPU with native bfloat16; parameters, gradients,
+    optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
+    seed: int = 0
+    """Seed of torch, the collector's envs, the exploration and the replay sampler."""
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for name in ("num_envs", "total_frames", "frames_per_batch", "buffer_size", "batch_size",
+                     "eval_every_frames", "eval_episodes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+        steps = self.optim_steps_per_batch
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0):
+            raise ValueError(f"{owner}: optim_steps_per_batch must be a positive int or None, got {steps!r}")
+        if self.frames_per_batch % self.num_envs:
+            raise ValueError(
+                f"{owner}: frames_per_batch ({self.frames_per_batch}) must be a multiple of num_envs ({self.num_envs})"
+            )
+        starts = self.learning_starts
+        if isinstance(starts, bool) or not isinstance(starts, int) or starts < 0:
+            raise ValueError(f"{owner}: learning_starts must be a non-negative int, got {starts!r}")
+        if starts > self.total_frames:
+            raise ValueError(f"{owner}: learning_starts ({starts}) exceeds total_frames ({self.total_frames})")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"{owner}: tau must be in (0, 1], got {self.tau}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"{owner}: gamma must be in [0, 1], got {self.gamma}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"{owner}: precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not self.lr > 0.0:
+            raise ValueError(f"{owner}: lr must be > 0, got {self.lr}")
+
+    @property
+    def steps_per_batch(self) -> int:
+        """Gradient steps after each batch (``optim_steps_per_batch`` or ``frames_per_batch``)."""
+        return self.frames_per_batch if self.optim_steps_per_batch is None else self.optim_steps_per_batch
+
+    @property
+    def eval_every(self) -> int:
+        """Batches between evaluations."""
+        return max(1, self.eval_every_frames // self.frames_per_batch)
+
+
+def make_box_env(cfg: OffPolicyConfig, *, algo: str) -> Any:
+    """The training vector env of ``cfg``; a ``ValueError`` naming ``algo`` if its actions are not a Box.
+
+    Examples:
+        >>> make_box_env(OffPolicyConfig(env_id="CartPole-v1"), algo="sac")
+        Traceback (most recent call last):
+        ...
+        ValueError: sac needs a continuous (Box) action space; CartPole-v1 has Discrete actions (use a discrete-action algorithm such as DQN)
+    """
+    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
+    space = env.single_action_space
+    if not isinstance(space, gym.spaces.Box):
+        env.close()
+        raise ValueError(
+            f"{algo} needs a continuous (Box) action space; {cfg.env_id} has {type(space).__name__} actions "
+            "(use a discrete-action algorithm such as DQN)"
+        )
+    return env
