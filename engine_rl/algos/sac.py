@@ -164,7 +164,7 @@ class SACLoss(nn.Module):
         (['alpha', 'entropy', 'loss_actor', 'loss_alpha', 'loss_qvalue'], -1.0, torch.Size([8]))
     """
 
-    in_keys = TRANSITION_KEYS
+    in_keys = list(TRANSITION_KEYS)
 
     def __init__(
         self,

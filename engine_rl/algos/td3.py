@@ -177,7 +177,7 @@ class TD3Loss(nn.Module):
         [['loss_qvalue'], ['loss_actor', 'loss_qvalue']]
     """
 
-    in_keys = TRANSITION_KEYS
+    in_keys = list(TRANSITION_KEYS)
 
     def __init__(
         self,

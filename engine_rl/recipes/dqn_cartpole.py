@@ -6,8 +6,8 @@ refreshed between training phases. Here: ``num_envs`` copies filling a 256-frame
 128 optim steps; the target network is hard-copied every 128 optim steps (once per batch);
 double-DQN targets; and the learning rate decays linearly to 0 (``lr_end``), which keeps the
 final policy from the late collapses DQN is known for on CartPole. Each batch's 128 samples are
-drawn in one go, with the target network's values for all of them from one forward pass
-(``sample_ahead``; the target network only changes between batches).
+drawn in one go, with the target network's values for all of them from a few large forward
+passes (``sample_ahead``; the target network only changes between batches).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class DQNConfig:
     """Soft (Polyak) target update rate applied every optim step instead of hard copies (None: hard)."""
     sample_ahead: bool = True
     """Draw a batch's ``optim_steps_per_batch`` samples in one go and run the target network over
-    all of them in one forward pass (``ReplaySampler(prefetch=...)`` with
+    all of them in 1024-row passes (``ReplaySampler(prefetch=...)`` with
     ``DQNLoss.add_target_values``): the same rows as one draw per step, and the same targets
     while the target network is unchanged (the loss checks; with ``target_tau`` it changes every
     step, so only the sampling is done ahead). Ignored with ``prioritized`` or ``async_collection``."""
