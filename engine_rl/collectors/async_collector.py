@@ -57,7 +57,7 @@ import queue
 import signal
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -69,6 +69,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.collectors.async_worker import _FRAMES, _POLL_S, _W_SEEN, _W_SEQ, _worker_main
+from engine_rl.collectors.info import check_info_keys
 from engine_rl.collectors.shared import SharedReplayBuffer
 from engine_rl.keys import format_key
 from engine_rl.replay.storage import nest_keys
@@ -140,6 +141,9 @@ class AsyncCollector:
         context: multiprocessing start method, ``"forkserver"`` or ``"spawn"``.
         num_threads: torch threads of the worker.
         timeout: seconds to wait for the worker to answer a state request.
+        info_keys: scalar entries of the env's ``info`` the worker records per frame under
+            ``("next", "info", key)``, as :class:`~engine_rl.collectors.GymCollector` does; they
+            are stored in the buffer with the rest of each batch.
 
     Examples:
         >>> from functools import partial
@@ -166,6 +170,7 @@ class AsyncCollector:
         context: str = "forkserver",
         num_threads: int = 1,
         timeout: float = 60.0,
+        info_keys: Sequence[str] = (),
     ) -> None:
         if not callable(env_fn):
             raise TypeError(f"AsyncCollector: argument env_fn must be callable, got {type(env_fn).__name__}")
@@ -190,6 +195,7 @@ class AsyncCollector:
             raise ValueError(f"AsyncCollector: argument context must be 'forkserver' or 'spawn', got {context!r}")
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ValueError(f"AsyncCollector: argument timeout must be a positive number, got {timeout!r}")
+        self.info_keys = check_info_keys(info_keys, owner="AsyncCollector")
         self.env_fn = env_fn
         self.frames_per_batch = frames_per_batch
         self.buffer = buffer
@@ -263,7 +269,7 @@ class AsyncCollector:
             args=(
                 self.env_fn, pickle.dumps(self._policy), self.frames_per_batch, self.seed, resume,
                 self._weights, self._counters, self._ready, self._space, self._stop,
-                self._commands, self._results, alive_r, self.num_threads,
+                self._commands, self._results, alive_r, self.num_threads, self.info_keys,
             ),
         )
         self._process.start()

@@ -134,6 +134,7 @@ def _worker_main(
     results: Any,
     learner_alive: Any,
     num_threads: int,
+    info_keys: tuple[str, ...] = (),
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     torch.set_num_threads(num_threads)
@@ -144,7 +145,7 @@ def _worker_main(
         policy = pickle.loads(policy_bytes)
         resume = pickle.loads(resume_bytes)
         env = env_fn()
-        collector = GymCollector(env, policy, frames_per_batch=frames_per_batch, seed=seed)
+        collector = GymCollector(env, policy, frames_per_batch=frames_per_batch, seed=seed, info_keys=info_keys)
         if resume is not None:
             if resume.get("policy") is not None:
                 policy.load_state_dict(resume["policy"])

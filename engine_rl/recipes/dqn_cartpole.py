@@ -127,8 +127,6 @@ class DQNConfig:
             raise ValueError(
                 f"DQNConfig: learning_starts ({self.learning_starts}) exceeds total_frames ({self.total_frames})"
             )
-        if self.async_collection and self.info_keys:
-            raise ValueError("DQNConfig: info_keys needs the in-process collector; set async_collection=false")
         if not 0 <= self.eps_end <= self.eps_start <= 1:
             raise ValueError(f"DQNConfig: need 0 <= eps_end <= eps_start <= 1, got {self.eps_end}, {self.eps_start}")
 
@@ -175,7 +173,8 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     if cfg.async_collection:  # the worker builds its own env copies and writes the buffer itself
         env.close()
         env_fn = partial(make_vec_env, cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
-        collector = AsyncCollector(env_fn, explore, frames_per_batch=cfg.frames_per_batch, buffer=buffer, seed=cfg.seed)
+        collector = AsyncCollector(env_fn, explore, frames_per_batch=cfg.frames_per_batch, buffer=buffer, seed=cfg.seed,
+                                   info_keys=cfg.info_keys)
 
     trainer = create_trainer(
         collector, loss, optimizer,

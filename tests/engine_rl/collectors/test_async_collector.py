@@ -59,6 +59,24 @@ def cartpole_failing_at(step):
     )
 
 
+class StepInfo(gym.Wrapper):
+    """CartPole whose info carries the step number of the episode under "steps"."""
+
+    def reset(self, **kwargs):
+        self.t = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        self.t += 1
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "steps": float(self.t)}
+
+
+def cartpole_with_step_info():
+    """Two CartPole copies reporting info["steps"] (built in the worker)."""
+    return gym.vector.SyncVectorEnv([lambda: StepInfo(gym.make("CartPole-v1"))] * 2)
+
+
 def rows(values, *, width=3):
     """Rows whose every entry equals the row's value: a half-written row shows up as a mismatch."""
     v = torch.as_tensor(values, dtype=torch.float32)
@@ -233,6 +251,8 @@ def test_collector_checks_its_arguments():
         AsyncCollector(CARTPOLE, lambda td: td, frames_per_batch=32, buffer=SharedReplayBuffer(1000))
     with pytest.raises(ValueError, match="argument context must be 'forkserver' or 'spawn'"):
         AsyncCollector(CARTPOLE, policy, frames_per_batch=32, buffer=SharedReplayBuffer(1000), context="fork")
+    with pytest.raises(ValueError, match="AsyncCollector: argument info_keys must be a sequence of non-empty strings"):
+        AsyncCollector(CARTPOLE, policy, frames_per_batch=32, buffer=SharedReplayBuffer(1000), info_keys="steps")
 
 
 def test_batches_are_the_new_frames_already_in_the_buffer_and_shutdown_leaves_no_process():
@@ -251,6 +271,20 @@ def test_batches_are_the_new_frames_already_in_the_buffer_and_shutdown_leaves_no
     collector.shutdown()  # idempotent
     with pytest.raises(RuntimeError, match="AsyncCollector: shut down"):
         next(iter(collector))
+
+
+def test_worker_records_info_keys_into_the_buffer():
+    buffer = SharedReplayBuffer(1_000, seed=0)
+    with AsyncCollector(cartpole_with_step_info, QValuePolicy(nn.Linear(4, 2)), frames_per_batch=64, buffer=buffer,
+                        seed=0, info_keys=["steps"]) as collector:
+        batches = [b for _, b in zip(range(3), collector)]
+    for batch in batches:  # every stored row is a transition: its step number is the episode length
+        steps = batch["next", "info", "steps"]
+        assert steps.dtype == torch.float32
+        assert torch.equal(steps, batch["next", "episode_length"].float())
+    assert bool(torch.cat([b["next", "done"] for b in batches]).any())  # episodes ended (and restarted)
+    stored = buffer.storage.get(torch.arange(len(buffer)))
+    assert torch.equal(stored["next", "info", "steps"], torch.cat([b["next", "info", "steps"] for b in batches]))
 
 
 def test_weights_pushed_by_the_learner_reach_the_worker():

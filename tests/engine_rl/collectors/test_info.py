@@ -103,12 +103,12 @@ def test_bad_info_keys(bad):
         EpisodeStats(info_keys=bad)
 
 
-def test_recipe_override_and_async_conflict():
+def test_recipe_overrides():
     assert make_config("ppo-cartpole", ["info_keys=is_success, x"]).info_keys == ("is_success", "x")
     assert make_config("sac-pendulum", ["info_keys=('a',)"]).info_keys == ("a",)
     assert make_config("sac-pendulum", ["info_keys="]).info_keys == ()
-    with pytest.raises(ValueError, match="DQNConfig: info_keys needs the in-process collector"):
-        make_config("dqn-cartpole", ["info_keys=a", "async_collection=true"])
+    # the async collector records them too (tests/engine_rl/collectors/test_async_collector.py)
+    assert make_config("dqn-cartpole", ["info_keys=a", "async_collection=true"]).info_keys == ("a",)
 
 
 def test_all_reduced_episode_stats_average_info_too():
