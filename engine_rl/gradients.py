@@ -78,15 +78,21 @@ def grad_norm(parameters: Parameters, *, norm_type: float = 2.0) -> torch.Tensor
     return _total_norm(_grads_by_device(parameters), norm_type)
 
 
-def clip_grad_norm_(parameters: Parameters, max_norm: float, *, norm_type: float = 2.0) -> torch.Tensor:
+def clip_grad_norm_(
+    parameters: Parameters, max_norm: float, *, norm_type: float = 2.0, skip_unclipped: bool = False
+) -> torch.Tensor:
     """Scale the gradients in place so that their total norm is at most ``max_norm``.
 
-    Gradients are multiplied by ``min(1, max_norm / (norm + 1e-6))`` without any host sync.
+    Gradients are multiplied by ``min(1, max_norm / (norm + 1e-6))`` without any host sync,
+    unless ``skip_unclipped`` is set.
 
     Args:
         parameters: a tensor or an iterable of tensors with ``.grad``.
         max_norm: the largest allowed total norm (> 0).
         norm_type: the p of the p-norm; ``math.inf`` for the max-norm.
+        skip_unclipped: read the factor on the host (one sync) and skip the multiplication when
+            it is 1 (the norm is within ``max_norm``). The gradients are bitwise the same either
+            way; on CPU, where the read is free, it saves a pass over every gradient.
 
     Returns:
         The total norm *before* clipping, a 0-dim tensor.
@@ -105,6 +111,8 @@ def clip_grad_norm_(parameters: Parameters, max_norm: float, *, norm_type: float
     groups = _grads_by_device(parameters)
     total = _total_norm(groups, norm_type)
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    if skip_unclipped and coef.item() == 1.0:
+        return total
     for device, grads in groups.items():
         torch._foreach_mul_(grads, coef if device == coef.device else coef.to(device))
     return total

@@ -97,7 +97,9 @@ class GradClipper:
         Returns ``None`` when clipping by value with ``record_norm=False`` (the norm is not needed).
         """
         if self.max_norm is not None:
-            return clip_grad_norm_(self.parameters, self.max_norm, norm_type=self.norm_type)
+            # the norm is read on the host for the metric anyway, so the factor can be too
+            return clip_grad_norm_(self.parameters, self.max_norm, norm_type=self.norm_type,
+                                   skip_unclipped=self.record_norm)
         return clip_grad_value_(
             self.parameters, self.max_value, norm_type=self.norm_type, compute_norm=self.record_norm
         )

@@ -54,6 +54,17 @@ def test_clip_grad_norm_leaves_small_gradients_alone():
     assert torch.equal(_flat_grads(params), before)
 
 
+@pytest.mark.parametrize("max_norm", [1.0, 100.0])
+def test_clip_grad_norm_skip_unclipped_gives_bitwise_the_same_gradients(max_norm):
+    plain, skipping = _params_with_grads(seed=5), _params_with_grads(seed=5)
+    n_plain = clip_grad_norm_(plain, max_norm)
+    n_skip = clip_grad_norm_(skipping, max_norm, skip_unclipped=True)
+    assert torch.equal(n_plain, n_skip)
+    assert torch.equal(_flat_grads(plain), _flat_grads(skipping))
+    if max_norm == 1.0:  # this case clips
+        assert torch.linalg.vector_norm(_flat_grads(skipping)) <= 1.0 + 1e-5
+
+
 def test_clip_grad_norm_agrees_with_torch():
     ours, ref = _params_with_grads(seed=3), _params_with_grads(seed=3)
     n_ours = clip_grad_norm_(ours, 0.5, norm_type=3.0)
