@@ -1,0 +1,24 @@
+"""tests/benchmarks/step_breakdown.py: the phases add up to the wall time and the patch is undone."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from benchmarks.step_breakdown import breakdown
+
+
+def test_breakdown_of_a_short_dqn_run_adds_up() -> None:
+    backward = torch.Tensor.backward
+    out = breakdown(
+        "dqn-cartpole", ["learning_starts=300", "optim_steps_per_batch=4", "eval_every=1000", "num_envs=4"],
+        frames=1024, seed=0,
+    )
+    assert torch.Tensor.backward is backward  # the timing wrapper is removed after the run
+    assert out["frames"] == 1024 and out["optim_steps"] == 3 * 4  # batches 2-4 (frames >= 300) train
+    per_step = out["per_step_us"]
+    for phase in ("loss_forward", "backward", "optimizer_step", "event:SAMPLE_REQUESTED",
+                  "event:BACKWARD_COMPLETED", "collection_and_rest"):
+        assert per_step[phase] > 0, phase
+    assert math.isclose(sum(per_step.values()), out["wall_per_step_us"], rel_tol=0.01)
+    assert math.isclose(sum(out["share"].values()), 1.0, abs_tol=0.01)
