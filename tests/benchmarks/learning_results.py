@@ -10,12 +10,23 @@ markdown table (for the README) and, last, one JSON line with every figure.
 
 ``--set key=value`` (repeatable) passes config overrides to every run; the table's recipe
 column then lists them.
+
+``--fresh-seed S`` also evaluates, on episodes the run never saw (eval env seed ``S``, e.g.
+20000; ``engine-rl eval CHECKPOINT --seed S``), both the policy at the end of the run and the
+run's best checkpoint (``RUN/best/``: the policy of its best periodic evaluation, chosen on the
+recipe's own eval seed), and prints a second table with both. The fresh seed keeps the best
+checkpoint's score honest: it was picked as the maximum over evaluations on the recipe's eval
+episodes, so its score there is biased upwards.
+
+    python tests/benchmarks/learning_results.py --recipes dqn-cartpole --seeds 0 1 2 --fresh-seed 20000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -34,6 +45,41 @@ def run_one(recipe: str, seed: int, frames: int | None, out: Path, threads: int,
     return json.loads((out / "summary.json").read_text())
 
 
+def evaluate(checkpoint: str, seed: int, threads: int) -> dict:
+    """``engine-rl eval CHECKPOINT --seed SEED`` in a fresh process; its JSON metrics."""
+    cmd = [sys.executable, "-m", "engine_rl", "eval", checkpoint, "--seed", str(seed)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def best_frames(checkpoint: str) -> int:
+    """The frame count in a best-checkpoint name (``best_policy_<frames>_eval_return=<score>.pt``)."""
+    match = re.search(r"_(\d+)_eval_return=", Path(checkpoint).name)
+    if match is None:
+        raise ValueError(f"learning_results: cannot read the frames from best checkpoint name {checkpoint!r}")
+    return int(match.group(1))
+
+
+def fresh_row(label: str, seeds: list[int], summaries: list[dict], fresh_seed: int, threads: int) -> tuple[str, dict]:
+    """The final policy and the best checkpoint of each run, evaluated on eval seed ``fresh_seed``."""
+    missing = [s for s, summary in zip(seeds, summaries) if not summary.get("best_checkpoint")]
+    if missing:
+        raise SystemExit(f"learning_results: --fresh-seed needs best checkpoints; the runs of seeds {missing} have none "
+                         "(the recipe attaches no periodic evaluation)")
+    final = [evaluate(s["inference"], fresh_seed, threads)["return_mean"] for s in summaries]
+    best = [evaluate(s["best_checkpoint"], fresh_seed, threads)["return_mean"] for s in summaries]
+    chosen = [best_frames(s["best_checkpoint"]) for s in summaries]
+    row = (
+        f"| {label} | {', '.join(map(str, seeds))} | {statistics.fmean(final):.1f} ± {statistics.pstdev(final):.1f} | "
+        f"{', '.join(f'{f:.1f}' for f in final)} | {statistics.fmean(best):.1f} ± {statistics.pstdev(best):.1f} | "
+        f"{', '.join(f'{b:.1f}' for b in best)} | {', '.join(f'{c:,}' for c in chosen)} |"
+    )
+    record = {"fresh_seed": fresh_seed, "final_fresh_per_seed": final, "best_fresh_per_seed": best,
+              "best_chosen_at_frames": chosen}
+    return row, record
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--recipes", nargs="+", default=["dqn-cartpole"])
@@ -42,9 +88,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every run (repeatable)")
+    parser.add_argument("--fresh-seed", type=int, default=None, metavar="S",
+                        help="also evaluate each run's final policy and best checkpoint with eval env seed S")
     args = parser.parse_args()
+    if args.fresh_seed is not None and args.fresh_seed < 0:
+        parser.error(f"--fresh-seed must be >= 0, got {args.fresh_seed}")
 
-    rows, records = [], []
+    rows, fresh_rows, records = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for recipe in args.recipes:
             summaries = [run_one(recipe, s, args.frames, Path(tmp) / f"{recipe}-{s}", args.threads, args.overrides)
@@ -59,12 +109,23 @@ def main() -> None:
                 f"{mean:.1f} ± {std:.1f} | {', '.join(f'{f:.1f}' for f in finals)} | "
                 f"{statistics.median(walls):.0f} s |"
             )
-            records.append({"recipe": recipe, "overrides": args.overrides, "frames": summaries[0]["frames"],
-                            "seeds": args.seeds,
-                            "eval_return_mean_per_seed": finals, "mean": mean, "std": std, "wall_time_s": walls})
+            record = {"recipe": recipe, "overrides": args.overrides, "frames": summaries[0]["frames"],
+                      "seeds": args.seeds,
+                      "eval_return_mean_per_seed": finals, "mean": mean, "std": std, "wall_time_s": walls}
+            if args.fresh_seed is not None:
+                row, fresh = fresh_row(label, args.seeds, summaries, args.fresh_seed, args.threads)
+                fresh_rows.append(row)
+                record.update(fresh)
+            records.append(record)
     print("| recipe | frames | seeds | final eval return (mean ± std over seeds) | per seed | median wall time |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))
+    if fresh_rows:
+        print()
+        print(f"| recipe | seeds | final policy, eval seed {args.fresh_seed} (mean ± std) | per seed | "
+              f"best checkpoint, eval seed {args.fresh_seed} (mean ± std) | per seed | best chosen at frames |")
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(fresh_rows))
     print(json.dumps({"benchmark": "learning_results", "threads": args.threads, "runs": records}))
 
 
