@@ -137,7 +137,8 @@ class DQNConfig:
 
 
 @register("dqn-cartpole", DQNConfig,
-          "Double DQN on CartPole-v1 (rl-zoo hyperparameters), 50k frames; 7 of 10 seeds reach >= 475")
+          "Double DQN on CartPole-v1 (rl-zoo hyperparameters), 50k frames; 7 of 10 seeds end >= 475, "
+          "the best checkpoint (RUN/best/) 9 of 10 on fresh episodes")
 def build_dqn(cfg: DQNConfig) -> Setup:
     torch.manual_seed(cfg.seed)
     env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
