@@ -97,8 +97,11 @@ class DQNConfig:
     """Prioritized replay: priority exponent."""
     beta: float = 0.4
     """Prioritized replay: initial importance-sampling exponent (annealed to 1 over the run)."""
-    eval_every: int = 20
-    """Evaluate every this many batches (and at the end of the run)."""
+    eval_every: int = 4
+    """Evaluate every this many batches (and at the end of the run); the best evaluation's policy
+    is the run's best checkpoint. Every 4 batches (1,024 frames) the best checkpoints of seeds 0-9
+    score 497.0 on average on fresh episodes (all >= 475), every 20 batches 491.6 (9 of 10); the
+    extra evaluations cost a few seconds per run."""
     eval_episodes: int = 10
     """Deterministic (greedy) evaluation episodes per evaluation."""
     eval_seed: int = 10_000
@@ -138,7 +141,7 @@ class DQNConfig:
 
 @register("dqn-cartpole", DQNConfig,
           "Double DQN on CartPole-v1 (rl-zoo hyperparameters), 50k frames; 7 of 10 seeds end >= 475, "
-          "the best checkpoint (RUN/best/) 9 of 10 on fresh episodes")
+          "the best checkpoint (RUN/best/) 10 of 10 on fresh episodes")
 def build_dqn(cfg: DQNConfig) -> Setup:
     torch.manual_seed(cfg.seed)
     env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
