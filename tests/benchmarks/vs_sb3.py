@@ -24,9 +24,9 @@ envs, SAC Pendulum 20k, TD3 Pendulum 20k; ``--quick`` runs a tenth), seed (repet
 uses seed ``r``), one torch thread (``torch.set_num_threads`` in both, plus ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``),
 evaluation protocol (10 deterministic episodes on a 10-copy vector env reset with seed 10000,
 copy ``i`` seeded ``10000 + i``, the first episode of each copy counted: identical initial states
-on both sides). Known difference: engine_rl's dqn-cartpole collects its 256-frame batches from 8
-env copies, SB3 (rl-zoo) from one env; the optim steps (128 per 256 frames after 1000 frames)
-and every other value are the same.
+on both sides). Known difference: engine_rl's dqn-cartpole collects its 256-frame batches from 32
+env copies (``--variant num_envs=1`` runs it on one), SB3 (rl-zoo) from one env; the optim steps
+(128 per 256 frames after 1000 frames) and every other value are the same.
 
 ``--variant KEY=VALUE`` (repeatable) adds a third arm, ``variant``: the engine recipe with those
 ``--set`` overrides (e.g. ``--variant precision=bfloat16`` for sac-pendulum's bfloat16 matmuls),

@@ -16,7 +16,7 @@ def test_overrides_types_and_errors():
 
 
 def test_config_validation_names_the_field():
-    with pytest.raises(ValueError, match=r"frames_per_batch \(250\) must be a multiple of num_envs \(8\)"):
+    with pytest.raises(ValueError, match=r"frames_per_batch \(250\) must be a multiple of num_envs \(32\)"):
         DQNConfig(frames_per_batch=250)
     with pytest.raises(ValueError, match=r"learning_starts \(2000\) exceeds total_frames \(1000\)"):
         DQNConfig(total_frames=1000, learning_starts=2000)
