@@ -32,7 +32,9 @@ Examples:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from ignite.engine import Engine
@@ -129,6 +131,12 @@ class ReplaySampler:
     block is dropped when a new batch is collected, so every batch's first optim step draws anew.
     A prioritized buffer is refused: its priorities change after every optim step.
 
+    With ``transform_rows=R`` the transform sees the block ``R`` rows at a time, and with
+    ``background=True`` it runs on a worker thread, chunk after chunk, while the optim steps
+    already train on the chunks done before: the first step waits for the first chunk only.
+    On CPU the worker computes on the second core (torch ops release the GIL), and its large
+    activations stay out of the learner's caches. The samples are the same either way.
+
     Args:
         buffer: a :class:`~engine_rl.replay.ReplayBuffer` (or any object with ``sample`` and ``len``).
         batch_size: rows per sample.
@@ -136,6 +144,10 @@ class ReplaySampler:
             trainer's ``optim_steps_per_batch`` to draw once per batch.
         transform: called on each drawn block (a TensorDict of ``prefetch * batch_size`` rows)
             before it is split; it may add entries in place or return a new TensorDict.
+        transform_rows: rows per ``transform`` call: the block is cut into chunks of this many
+            rows (a multiple of ``batch_size``; ``None``: the whole block at once).
+        background: run ``transform`` on a worker thread (needs ``transform``). Its errors are
+            raised by the :meth:`sample` call that needs the chunk.
 
     Examples:
         >>> import torch
@@ -153,6 +165,17 @@ class ReplaySampler:
         >>> ahead = ReplaySampler(buffer, batch_size=4, prefetch=3)
         >>> [ahead.sample().batch_size[0] for _ in range(4)], ahead.blocks_drawn
         ([4, 4, 4, 4], 2)
+
+        A transform run on a worker thread, two samples' rows at a time:
+
+        >>> def tag(chunk):
+        ...     chunk["tagged"] = torch.ones(chunk.batch_size)
+        ...     return chunk
+        >>> worker = ReplaySampler(buffer, batch_size=2, prefetch=4, transform=tag, transform_rows=4,
+        ...                        background=True)
+        >>> [bool(worker.sample()["tagged"].all()) for _ in range(4)]
+        [True, True, True, True]
+        >>> worker.close()
     """
 
     def __init__(
@@ -162,6 +185,8 @@ class ReplaySampler:
         *,
         prefetch: int = 1,
         transform: Callable[[TensorDictBase], TensorDictBase | None] | None = None,
+        transform_rows: int | None = None,
+        background: bool = False,
     ) -> None:
         self.buffer = _check_buffer(buffer, ["sample", "__len__"], "ReplaySampler")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -176,21 +201,47 @@ class ReplaySampler:
             )
         if transform is not None and not callable(transform):
             raise TypeError(f"ReplaySampler: argument transform must be callable or None, got {type(transform).__name__}")
+        if transform_rows is not None and (
+            isinstance(transform_rows, bool) or not isinstance(transform_rows, int) or transform_rows < 1
+            or transform_rows % batch_size
+        ):
+            raise ValueError(
+                f"ReplaySampler: argument transform_rows must be a positive multiple of batch_size ({batch_size}) "
+                f"or None, got {transform_rows!r}"
+            )
+        if background and transform is None:
+            raise ValueError("ReplaySampler: background=True runs the transform on a worker thread; give a transform")
         self.batch_size = batch_size
         self.prefetch = prefetch
         self.transform = transform
+        self.transform_rows = transform_rows
+        self.background = bool(background)
         self.blocks_drawn = 0
         """Number of ``buffer.sample`` calls so far (one per block of ``prefetch`` samples)."""
-        self._queue: list[TensorDictBase] = []
+        self._queue: list[TensorDictBase] = []  # samples of the current chunk, popped from the end
+        self._chunks: deque[TensorDictBase | Future[TensorDictBase]] = deque()  # the block's later chunks
         self._block_batch: int | None = None  # trainer batch the queued rows were drawn in
+        self._worker: ThreadPoolExecutor | None = None
 
     def sample(self) -> Any:
         """The next sample: from the current block, or from a new block drawn when it is used up."""
         if not self._queue:
-            self._queue = self._draw_block()
+            if not self._chunks:
+                self._chunks = deque(self._draw_block())
+            chunk = self._chunks.popleft()
+            if isinstance(chunk, Future):
+                chunk = chunk.result()  # waits for the worker; re-raises the transform's error
+            if self.prefetch == 1 or chunk.batch_size[0] == self.batch_size:
+                self._queue = [chunk]
+            else:  # popped from the end: first rows first
+                self._queue = list(chunk.split(self.batch_size))[::-1]
         return self._queue.pop()
 
-    def _draw_block(self) -> list[TensorDictBase]:
+    def _transformed(self, chunk: TensorDictBase) -> TensorDictBase:
+        returned = self.transform(chunk)
+        return chunk if returned is None else returned
+
+    def _draw_block(self) -> list[TensorDictBase | Future[TensorDictBase]]:
         if len(self.buffer) == 0:
             raise ValueError(
                 "ReplaySampler: the replay buffer is empty, nothing to sample; collect frames first, "
@@ -199,18 +250,36 @@ class ReplaySampler:
             )
         block = self.buffer.sample(self.batch_size * self.prefetch)
         self.blocks_drawn += 1
-        if self.transform is not None:
-            returned = self.transform(block)
-            if returned is not None:
-                block = returned
-        if self.prefetch == 1:
+        if self.transform is None:
             return [block]
-        return list(block.split(self.batch_size))[::-1]  # popped from the end: first rows first
+        chunks = [block] if self.transform_rows is None else list(block.split(self.transform_rows))
+        if not self.background:
+            return [self._transformed(chunk) for chunk in chunks]
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ReplaySampler")
+        return [self._worker.submit(self._transformed, chunk) for chunk in chunks]
+
+    def _drop_block(self) -> None:
+        """Forget the rows drawn ahead; let the worker finish the chunk it is on (if any)."""
+        pending = [c for c in self._chunks if isinstance(c, Future)]
+        for future in pending:
+            future.cancel()
+        if pending:
+            wait(pending)  # nothing may still read the networks when the caller changes them
+        self._chunks.clear()
+        self._queue = []
+
+    def close(self) -> None:
+        """Drop the rows drawn ahead and stop the worker thread (if one was started)."""
+        self._drop_block()
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
 
     def __call__(self, engine: Engine) -> None:
         iteration = engine.state.iteration  # one collected batch per iteration
         if iteration != self._block_batch:  # new data since the block was drawn
-            self._queue = []
+            self._drop_block()
             self._block_batch = iteration
         engine.state.sample = self.sample()
 

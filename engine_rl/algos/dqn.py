@@ -121,16 +121,21 @@ class DQNLoss(nn.Module):
         self.loss_kind = loss
         self.precomputed_steps = 0
         """Optim steps whose target values came from :meth:`add_target_values` (a diagnostic)."""
+        self._target_tensors: list[torch.Tensor] | None = None  # listed by add_target_values
 
     def target_version(self) -> int:
         """A number that changes whenever the target network's parameters or buffers change.
 
         The sum of their version counters, which every in-place write bumps (``copy_``,
-        ``lerp_``, ``load_state_dict``, ...), so hard and soft updates both change it.
+        ``lerp_``, ``load_state_dict``, ...), so hard and soft updates both change it. The
+        tensors are listed afresh by every :meth:`add_target_values` call (walking the module
+        costs more than summing), so a tensor *replaced* (not written) between two calls goes
+        unnoticed until the next one.
         """
-        return sum(t._version for t in self.target_qnet.parameters()) + sum(
-            t._version for t in self.target_qnet.buffers()
-        )
+        tensors = self._target_tensors
+        if tensors is None:
+            tensors = self._target_tensors = [*self.target_qnet.parameters(), *self.target_qnet.buffers()]
+        return sum(t._version for t in tensors)
 
     @torch.no_grad()
     def add_target_values(self, sample: TensorDictBase) -> TensorDictBase:
@@ -145,6 +150,7 @@ class DQNLoss(nn.Module):
         except KeyError:
             require_keys(sample, [("next", "observation")], consumer="DQNLoss.add_target_values")
             raise
+        self._target_tensors = None  # list them again: the module's tensors may have been replaced
         if next_obs.shape[0] > _TARGET_CHUNK:
             # in slices: one pass over 8192 rows runs ~2x slower here than eight over 1024, whose
             # activations stay in cache

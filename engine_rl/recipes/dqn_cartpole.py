@@ -92,6 +92,10 @@ class DQNConfig:
     ``DQNLoss.add_target_values``): the same rows as one draw per step, and the same targets
     while the target network is unchanged (the loss checks; with ``target_tau`` it changes every
     step, so only the sampling is done ahead). Ignored with ``prioritized`` or ``async_collection``."""
+    target_worker: bool = True
+    """With ``sample_ahead`` and hard target copies: run those target-network passes on a worker
+    thread, 1024 rows at a time, while the optim steps train on the rows already done
+    (``ReplaySampler(background=True)``). The same values; on CPU the passes use the second core."""
     max_grad_norm: float = 10.0
     """Gradient clipping by global norm (<= 0 disables)."""
     prioritized: bool = False
@@ -199,11 +203,15 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     else:
         ReplayExtender(buffer).attach(trainer)
     ahead = cfg.sample_ahead and not cfg.prioritized and not cfg.async_collection
-    ReplaySampler(
+    targets_ahead = ahead and cfg.target_tau is None
+    replay_sampler = ReplaySampler(
         buffer, cfg.batch_size,
         prefetch=cfg.optim_steps_per_batch if ahead else 1,
-        transform=loss.add_target_values if ahead and cfg.target_tau is None else None,
-    ).attach(trainer)
+        transform=loss.add_target_values if targets_ahead else None,
+        transform_rows=-(-1024 // cfg.batch_size) * cfg.batch_size if targets_ahead else None,
+        background=targets_ahead and cfg.target_worker,
+    )
+    replay_sampler.attach(trainer)
     if cfg.prioritized:
         PriorityUpdater(buffer).attach(trainer)
     if cfg.max_grad_norm > 0:
@@ -226,5 +234,5 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         },
         eval_policy=greedy,
         total_frames=cfg.total_frames,
-        closers=[collector.shutdown, eval_env.close],
+        closers=[collector.shutdown, eval_env.close, replay_sampler.close],
     )

@@ -62,6 +62,7 @@ def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
     "overrides, blocks, precomputed",
     [
         ({}, "per batch", True),  # one draw and one target forward per batch, used by every step
+        ({"target_worker": False}, "per batch", True),  # the same passes, on the learner's thread
         ({"target_tau": 0.005}, "per batch", False),  # soft updates change the target every step
         ({"prioritized": True}, "per step", False),
         ({"sample_ahead": False}, "per step", False),
@@ -78,6 +79,22 @@ def test_recipe_samples_a_whole_batch_of_optim_steps_at_once(overrides, blocks, 
     assert trainer.state.optim_steps == 128 * 5  # batches 2..6 of 256 frames learn
     assert sampler.blocks_drawn == (5 if blocks == "per batch" else 128 * 5)
     assert trainer.loss_module.precomputed_steps == (128 * 5 if precomputed else 0)
+
+
+def test_target_worker_trains_the_same_network_as_the_learners_thread():
+    nets = []
+    for worker in (True, False):
+        cfg = make_config("dqn-cartpole", {"total_frames": 1536, "learning_starts": 512, "eval_every": 100,
+                                           "eval_episodes": 1, "target_worker": worker})
+        setup = get_recipe("dqn-cartpole").build(cfg)
+        (sampler,) = [f for f, *_ in setup.trainer._event_handlers[RLEvents.SAMPLE_REQUESTED]
+                      if isinstance(f, ReplaySampler)]
+        assert sampler.background is worker and sampler.transform_rows == 1024
+        setup.trainer.run()
+        setup.close()
+        assert sampler._worker is None  # the recipe's closers stop the thread
+        nets.append(setup.to_save["qnet"].state_dict())
+    assert all(torch.equal(nets[0][k], nets[1][k]) for k in nets[0])
 
 
 def test_cli_errors_name_the_problem(capsys):

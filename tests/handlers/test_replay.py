@@ -1,3 +1,6 @@
+import threading
+import time
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -173,6 +176,94 @@ def test_prefetch_refuses_prioritized_replay_and_bad_arguments():
         ReplaySampler(ReplayBuffer(10), batch_size=2, prefetch=0)
     with pytest.raises(TypeError, match="ReplaySampler: argument transform must be callable or None, got int"):
         ReplaySampler(ReplayBuffer(10), batch_size=2, transform=3)
+
+
+def _row_tagger(seen=None, delay=0.0):
+    def tag(chunk):
+        if seen is not None:
+            seen.append((threading.current_thread().name, chunk.batch_size[0]))
+        time.sleep(delay)
+        return chunk.set("doubled", chunk["observation"] * 2)
+    return tag
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_transform_rows_cut_the_block_into_chunks_with_the_same_samples(background):
+    seen = []
+    plain = ReplaySampler(_filled_buffer(), batch_size=4, prefetch=6, transform=_row_tagger())
+    chunked = ReplaySampler(_filled_buffer(), batch_size=4, prefetch=6, transform=_row_tagger(seen),
+                            transform_rows=8, background=background)
+    for _ in range(12):  # two blocks
+        a, b = plain.sample(), chunked.sample()
+        assert b.batch_size == torch.Size([4])
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["doubled"], b["doubled"])
+    assert [rows for _, rows in seen] == [8, 8, 8] * 2
+    threads = {name for name, _ in seen}
+    if background:
+        assert len(threads) == 1 and threads.pop().startswith("ReplaySampler")
+    else:
+        assert threads == {threading.current_thread().name}
+    chunked.close()
+    assert chunked._worker is None
+
+
+def test_background_transform_errors_surface_in_the_sample_that_needs_the_chunk():
+    calls = []
+
+    def fails_on_second_chunk(chunk):
+        calls.append(chunk.batch_size[0])
+        if len(calls) == 2:
+            raise RuntimeError("target network exploded")
+        return chunk
+
+    sampler = ReplaySampler(_filled_buffer(), batch_size=2, prefetch=4, transform=fails_on_second_chunk,
+                            transform_rows=4, background=True)
+    assert sampler.sample().batch_size == torch.Size([2])
+    assert sampler.sample().batch_size == torch.Size([2])
+    with pytest.raises(RuntimeError, match="target network exploded"):
+        sampler.sample()
+    sampler.close()
+
+
+def test_background_chunks_still_running_are_awaited_when_a_new_batch_arrives():
+    running = threading.Event()
+    finished = []
+
+    def slow(chunk):
+        running.set()
+        time.sleep(0.2)
+        finished.append(chunk.batch_size[0])
+        return chunk
+
+    buffer = ReplayBuffer(1000, seed=0)
+    trainer = _trainer(_batches(2), optim_steps_per_batch=1)
+    ReplayExtender(buffer).attach(trainer)
+    sampler = ReplaySampler(buffer, batch_size=2, prefetch=4, transform=slow, transform_rows=2, background=True)
+    sampler.attach(trainer)
+    at_second_batch = []
+
+    def check(engine):  # runs after the sampler has handed out the step's sample
+        if engine.state.iteration == 2:
+            at_second_batch.append(len(finished))
+
+    trainer.add_event_handler(RLEvents.SAMPLE_REQUESTED, check)
+    trainer.run(max_epochs=1)
+    assert running.is_set() and sampler.blocks_drawn == 2
+    # the first batch trained on its first chunk while the worker started on the second; the new
+    # batch waited for that one (not awaited: 2), cancelled the other two (not cancelled: 5) and
+    # then needed the first chunk of its own block
+    assert at_second_batch == [3]
+    sampler.close()
+    assert len(finished) in (3, 4)  # the second block's second chunk may have started before close
+
+
+def test_transform_rows_and_background_are_checked():
+    with pytest.raises(ValueError, match=r"ReplaySampler: argument transform_rows must be a positive multiple of "
+                                         r"batch_size \(4\) or None, got 6"):
+        ReplaySampler(ReplayBuffer(10), batch_size=4, transform=_row_tagger(), transform_rows=6)
+    with pytest.raises(ValueError, match="ReplaySampler: background=True runs the transform on a worker thread; "
+                                         "give a transform"):
+        ReplaySampler(ReplayBuffer(10), batch_size=4, background=True)
 
 
 @pytest.mark.parametrize("td_shape", [(), (1,)])
