@@ -51,6 +51,22 @@ def test_categorical_sampling_follows_the_probabilities():
     torch.testing.assert_close(freq, torch.softmax(torch.tensor([0.0, 1.0, 2.0]), 0), atol=0.01, rtol=0)
 
 
+def test_categorical_cpu_sampling_draws_what_torch_multinomial_draws():
+    # the policy runs multinomial's own algorithm without its input checks: same draws, same
+    # generator state afterwards, so runs are the same as with torch.multinomial
+    policy = _categorical(seed=7)
+    reference = torch.Generator().manual_seed(7)
+    obs = torch.randn(8, 4)
+    with torch.no_grad():
+        for _ in range(200):
+            obs = obs + 0.3 * torch.randn(8, 4)
+            actions = policy(_td(obs))["action"]
+            probs = policy.actor(obs).log_softmax(-1).exp()
+            expected = torch.multinomial(probs, 1, generator=reference).squeeze(-1)
+            assert torch.equal(actions, expected)
+    assert torch.equal(policy._generator.get_state(), reference.get_state())
+
+
 def test_categorical_evaluate_matches_torch_distributions():
     policy = _categorical()
     obs, action = torch.randn(10, 4), torch.randint(3, (10,))
