@@ -7,7 +7,9 @@ refreshed between training phases. Here: 32 env copies filling a 256-frame batch
 double-DQN targets; and the learning rate decays linearly to 0 (``lr_end``), which keeps the
 final policy from the late collapses DQN is known for on CartPole. Each batch's 128 samples are
 drawn in one go, with the target network's values for all of them from a few large forward
-passes (``sample_ahead``; the target network only changes between batches).
+passes (``sample_ahead``; the target network only changes between batches), run on a worker
+thread, 1024 rows at a time, while the optim steps train on the rows already done
+(``target_worker``).
 """
 
 from __future__ import annotations
