@@ -142,8 +142,11 @@ class DQNLoss(nn.Module):
         """Write the target network's values of ``("next", "observation")`` into ``sample``.
 
         Adds :data:`TARGET_VALUE_KEY` (``Q_target(s', .)``, all actions) and
-        :data:`TARGET_VERSION_KEY` (:meth:`target_version` now) in place and returns ``sample``.
-        :meth:`forward` uses them for as long as the target network is unchanged.
+        :data:`TARGET_VERSION_KEY` (:meth:`target_version` before the pass) in place and returns
+        ``sample``. :meth:`forward` uses them for as long as the target network is unchanged.
+        Safe on a worker thread while the caller updates the target network: the version is
+        read before the pass, so values computed during (or before) any write are stamped with
+        an older version than the write leaves, and the loss computes its own.
         """
         try:
             next_obs = sample["next", "observation"]
@@ -151,6 +154,7 @@ class DQNLoss(nn.Module):
             require_keys(sample, [("next", "observation")], consumer="DQNLoss.add_target_values")
             raise
         self._target_tensors = None  # list them again: the module's tensors may have been replaced
+        version = self.target_version()  # before the pass: see the docstring
         if next_obs.shape[0] > _TARGET_CHUNK:
             # in slices: one pass over 8192 rows runs ~2x slower here than eight over 1024, whose
             # activations stay in cache
@@ -158,7 +162,7 @@ class DQNLoss(nn.Module):
         else:
             values = self.target_qnet(next_obs)
         sample.set(TARGET_VALUE_KEY, values)
-        stamp = torch.full(values.shape[:-1], self.target_version(), dtype=torch.int64, device=values.device)
+        stamp = torch.full(values.shape[:-1], version, dtype=torch.int64, device=values.device)
         sample.set(TARGET_VERSION_KEY, stamp)
         return sample
 

@@ -131,6 +131,28 @@ def test_target_values_added_ahead_are_ignored_once_the_target_changes(update):
     assert loss_fn.precomputed_steps == 0
 
 
+class WrittenDuringThePass(TableQ):
+    """A target network that is updated while its values are being computed, as when the
+    learner's TargetNetUpdater copies into it while a worker thread runs the pass."""
+
+    def forward(self, obs):
+        out = super().forward(obs)
+        with torch.no_grad():
+            self.table.copy_(torch.zeros_like(self.table))
+        return out
+
+
+def test_target_values_from_a_pass_that_overlapped_an_update_are_not_used():
+    online = TableQ([[1.0, 2.0], [3.0, 0.5], [0.0, 9.0]])
+    target = WrittenDuringThePass([[10.0, 20.0], [30.0, 40.0], [50.0, 60.0]])
+    loss_fn = DQNLoss(online, target, gamma=0.5, double=False, loss="mse")
+    before = loss_fn.target_version()
+    block = loss_fn.add_target_values(_sample(term=(False, False)))
+    assert int(block[TARGET_VERSION_KEY][0]) == before < loss_fn.target_version()  # stamped before the pass
+    loss_fn(block)
+    assert loss_fn.precomputed_steps == 0  # the loss ran the (updated) target network itself
+
+
 def test_adding_target_values_needs_the_next_observation():
     td = _sample()
     del td[("next", "observation")]
