@@ -23,13 +23,14 @@ from torch import nn
 
 from engine_rl.keys import require_keys
 
-__all__ = ["QValuePolicy", "DQNLoss", "TARGET_VALUE_KEY", "TARGET_VERSION_KEY"]
+__all__ = ["QValuePolicy", "DQNLoss", "TARGET_CHUNK_ROWS", "TARGET_VALUE_KEY", "TARGET_VERSION_KEY"]
 
 TARGET_VALUE_KEY = ("next", "target_action_value")
 """Key of ``Q_target(s', a)`` for every action ``a``, ``[*batch, num_actions]``, written ahead of time."""
 TARGET_VERSION_KEY = ("next", "target_version")
 """Key of the target network's version (int64, one per row) when :data:`TARGET_VALUE_KEY` was written."""
-_TARGET_CHUNK = 1024  # rows per target-network pass in add_target_values
+TARGET_CHUNK_ROWS = 1024
+"""Rows per target-network pass in :meth:`DQNLoss.add_target_values` (larger blocks are sliced)."""
 
 
 class QValuePolicy(nn.Module):
@@ -155,10 +156,10 @@ class DQNLoss(nn.Module):
             raise
         self._target_tensors = None  # list them again: the module's tensors may have been replaced
         version = self.target_version()  # before the pass: see the docstring
-        if next_obs.shape[0] > _TARGET_CHUNK:
+        if next_obs.shape[0] > TARGET_CHUNK_ROWS:
             # in slices: one pass over 8192 rows runs ~2x slower here than eight over 1024, whose
             # activations stay in cache
-            values = torch.cat([self.target_qnet(rows) for rows in next_obs.split(_TARGET_CHUNK)])
+            values = torch.cat([self.target_qnet(rows) for rows in next_obs.split(TARGET_CHUNK_ROWS)])
         else:
             values = self.target_qnet(next_obs)
         sample.set(TARGET_VALUE_KEY, values)

@@ -23,6 +23,7 @@ from ignite.engine import Events
 from ignite.handlers import PiecewiseLinear
 
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
+from engine_rl.algos.dqn import TARGET_CHUNK_ROWS
 from engine_rl.collectors import AsyncCollector, GymCollector, SharedReplayBuffer, make_vec_env
 from engine_rl.engine import create_trainer
 from engine_rl.optim import FastAdam
@@ -210,7 +211,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         buffer, cfg.batch_size,
         prefetch=cfg.optim_steps_per_batch if ahead else 1,
         transform=loss.add_target_values if targets_ahead else None,
-        transform_rows=-(-1024 // cfg.batch_size) * cfg.batch_size if targets_ahead else None,
+        transform_rows=-(-TARGET_CHUNK_ROWS // cfg.batch_size) * cfg.batch_size if targets_ahead else None,
         background=targets_ahead and cfg.target_worker,
     )
     replay_sampler.attach(trainer)

@@ -231,7 +231,7 @@ def test_background_chunks_still_running_are_awaited_when_a_new_batch_arrives():
 
     def slow(chunk):
         running.set()
-        time.sleep(0.2)
+        time.sleep(0.5)  # long enough that the learner reaches the next batch meanwhile, even on a busy box
         finished.append(chunk.batch_size[0])
         return chunk
 
