@@ -14,6 +14,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.algos.policies import ActorCritic
+from engine_rl.algos.ppo_fused import categorical_mlp_plan, fused_ppo_terms
 from engine_rl.keys import require_keys
 
 __all__ = ["PPOLoss"]
@@ -48,6 +49,15 @@ class PPOLoss(nn.Module):
         value_coef: weight of the value loss.
         entropy_coef: weight of the entropy bonus.
         normalize_advantage: standardize the advantages of each minibatch.
+        fused: compute the losses in one autograd node with a hand-written backward
+            (:mod:`engine_rl.algos.ppo_fused`) whenever the policy qualifies (a
+            :class:`~engine_rl.algos.policies.CategoricalActorCritic` over plain Tanh/ReLU MLPs,
+            as ``make_actor_critic`` builds them); otherwise, or with ``False``, autograd's path.
+            On CPU its tanh layers compute ``2 * sigmoid(2z) - 1`` (torch's CPU tanh is not
+            vectorized), within 2e-7 of ``torch.tanh``; elsewhere, and with ReLU networks, the
+            values are autograd's and the gradients bitwise autograd's without an entropy bonus.
+        sigmoid_tanh: on the fused path, compute tanh layers as ``2 * sigmoid(2z) - 1``
+            (``None``: on CPU only). A plain attribute, like ``fused``.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -73,6 +83,8 @@ class PPOLoss(nn.Module):
         value_coef: float = 0.5,
         entropy_coef: float = 0.0,
         normalize_advantage: bool = True,
+        fused: bool = True,
+        sigmoid_tanh: bool | None = None,
     ) -> None:
         super().__init__()
         if not callable(getattr(policy, "evaluate", None)):
@@ -92,6 +104,12 @@ class PPOLoss(nn.Module):
         self.value_coef = _non_negative("PPOLoss", "value_coef", value_coef)
         self.entropy_coef = _non_negative("PPOLoss", "entropy_coef", entropy_coef)
         self.normalize_advantage = normalize_advantage
+        if not isinstance(fused, bool):
+            raise TypeError(f"PPOLoss: argument fused must be a bool, got {fused!r}")
+        self.fused = fused
+        if sigmoid_tanh is not None and not isinstance(sigmoid_tanh, bool):
+            raise TypeError(f"PPOLoss: argument sigmoid_tanh must be a bool or None, got {sigmoid_tanh!r}")
+        self.sigmoid_tanh = sigmoid_tanh
 
     @property
     def in_keys(self) -> list[str]:
@@ -109,10 +127,21 @@ class PPOLoss(nn.Module):
         except KeyError:
             require_keys(sample, self.in_keys, consumer="PPOLoss")  # raises, naming the missing keys
             raise
-        log_prob, entropy, value = self.policy.evaluate(obs, action)
         if self.normalize_advantage and advantage.numel() > 1:
             std, mean = torch.std_mean(advantage)
             advantage = (advantage - mean) / (std + 1e-8)
+        if self.fused:
+            plan = categorical_mlp_plan(self.policy, obs, action)
+            if plan is not None:
+                terms = fused_ppo_terms(
+                    plan, self.policy.normalize(obs), action, old_log_prob, advantage, value_target, old_value,
+                    clip_epsilon=self.clip_epsilon, value_clip=self.value_clip, value_coef=self.value_coef,
+                    entropy_coef=self.entropy_coef,
+                    sigmoid_tanh=obs.device.type == "cpu" if self.sigmoid_tanh is None else self.sigmoid_tanh,
+                )
+                return TensorDict(terms, batch_size=[])
+
+        log_prob, entropy, value = self.policy.evaluate(obs, action)
 
         log_ratio = log_prob - old_log_prob
         ratio = log_ratio.exp()
