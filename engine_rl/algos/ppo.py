@@ -131,7 +131,8 @@ class PPOLoss(nn.Module):
             std, mean = torch.std_mean(advantage)
             advantage = (advantage - mean) / (std + 1e-8)
         if self.fused:
-            plan = categorical_mlp_plan(self.policy, obs, action)
+            per_item = (old_log_prob, advantage, value_target) + ((old_value,) if old_value is not None else ())
+            plan = categorical_mlp_plan(self.policy, obs, action, per_item)
             if plan is not None:
                 terms = fused_ppo_terms(
                     plan, self.policy.normalize(obs), action, old_log_prob, advantage, value_target, old_value,

@@ -29,6 +29,7 @@ float32 parameters, a one-output critic and no autocast. Anything else takes aut
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,11 +90,15 @@ def _plain_mlp(net: nn.Module | None) -> tuple[tuple[nn.Linear, ...], tuple[str,
     return tuple(linears), tuple(activations)
 
 
-def categorical_mlp_plan(policy: nn.Module, observation: torch.Tensor, action: torch.Tensor) -> MLPPlan | None:
+def categorical_mlp_plan(
+    policy: nn.Module, observation: torch.Tensor, action: torch.Tensor, per_item: Sequence[torch.Tensor] = ()
+) -> MLPPlan | None:
     """The plan for :func:`fused_ppo_terms` if ``policy`` and the inputs qualify, else ``None``.
 
-    See the module docstring for the conditions. The networks are walked at every call (a few
-    microseconds), so hooks registered or layers replaced later are honoured.
+    ``observation`` must be ``[B, obs_dim]`` float32 without gradient, ``action`` and every
+    tensor of ``per_item`` (log-probabilities, advantages, value targets...) of shape ``[B]``;
+    the other conditions are in the module docstring. The networks are walked at every call (about
+    20 µs), so hooks registered or layers replaced later are honoured.
     """
     if not isinstance(policy, CategoricalActorCritic):
         return None
@@ -103,7 +108,8 @@ def categorical_mlp_plan(policy: nn.Module, observation: torch.Tensor, action: t
             or cls._log_prob_entropy is not CategoricalActorCritic._log_prob_entropy):
         return None  # a subclass computes something else
     if (observation.ndim != 2 or observation.dtype != torch.float32 or observation.requires_grad
-            or action.ndim != 1 or torch.is_autocast_enabled(observation.device.type)):
+            or action.shape != observation.shape[:1] or torch.is_autocast_enabled(observation.device.type)
+            or any(t.shape != action.shape for t in per_item)):
         return None
     if (_module_globals._global_forward_hooks or _module_globals._global_forward_pre_hooks
             or _module_globals._global_backward_hooks or getattr(_module_globals, "_global_backward_pre_hooks", None)):

@@ -119,6 +119,9 @@ def test_plan_accepts_the_default_networks_only():
 
     policy = _policy()
     assert categorical_mlp_plan(policy, torch.zeros(2, 5, 4), torch.zeros(2, 5, dtype=torch.long)) is None
+    assert categorical_mlp_plan(policy, obs, torch.zeros(4, dtype=torch.long)) is None
+    assert categorical_mlp_plan(policy, obs, action, [torch.zeros(5), torch.zeros(5, 1)]) is None
+    assert categorical_mlp_plan(policy, obs, action, [torch.zeros(5), torch.zeros(5)]) is not None
     assert categorical_mlp_plan(policy, obs.requires_grad_(), action) is None
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert categorical_mlp_plan(policy, torch.zeros(5, 4), action) is None
@@ -136,6 +139,15 @@ def test_hooked_networks_take_autogards_path_and_see_their_hooks():
     out = PPOLoss(policy)(batch)
     assert out["loss_objective"].grad_fn.name() != "_CategoricalPPOBackward"
     assert seen == [torch.Size([96, 32])]
+
+
+def test_misshapen_value_targets_take_autograds_path_with_its_broadcast():
+    policy = _policy()
+    batch = _batch(policy)
+    batch = TensorDict({**batch.to_dict(), "value_target": batch["value_target"].unsqueeze(-1)}, [96])
+    fused, reference = PPOLoss(policy)(batch), PPOLoss(policy, fused=False)(batch)
+    assert fused["loss_objective"].grad_fn.name() != "_CategoricalPPOBackward"
+    assert torch.equal(fused["loss_critic"], reference["loss_critic"])
 
 
 def test_no_grad_evaluation_and_argument_errors():
