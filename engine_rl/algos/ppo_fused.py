@@ -137,6 +137,24 @@ class _Spec:
     sigmoid_tanh: bool
 
 
+_constants: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _const(value: float, like: torch.Tensor) -> torch.Tensor:
+    """``value`` as a cached 0-dim tensor of ``like``'s dtype and device (never written).
+
+    An op with a Python number wraps it in a tensor and casts that each call (``aten::to``,
+    ``copy_``): ``x.mul_(2.0)`` takes 5.5 µs here, ``x.mul_(two)`` 1.7 µs, with the same result.
+    """
+    key = (value, like.dtype, like.device)
+    tensor = _constants.get(key)
+    if tensor is None:
+        if len(_constants) > 256:  # scheduled coefficients bring new values: keep it bounded
+            _constants.clear()
+        tensor = _constants[key] = torch.tensor(value, dtype=like.dtype, device=like.device)
+    return tensor
+
+
 def _mlp_forward(x: torch.Tensor, params: tuple[torch.Tensor, ...], activations: tuple[str, ...],
                  sigmoid_tanh: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Output and the input of every layer (``x`` and each activation's output)."""
@@ -149,7 +167,8 @@ def _mlp_forward(x: torch.Tensor, params: tuple[torch.Tensor, ...], activations:
         if activations[i] == "relu":
             h = torch.relu(torch.addmm(bias, h, weight.t()))
         elif sigmoid_tanh:  # tanh(z) = 2 * sigmoid(2z) - 1, with 2z from the product itself
-            h = torch.sigmoid(torch.addmm(bias, h, weight.t(), beta=2.0, alpha=2.0)).mul_(2.0).sub_(1.0)
+            z2 = torch.addmm(bias, h, weight.t(), beta=2.0, alpha=2.0)
+            h = torch.sigmoid(z2).mul_(_const(2.0, z2)).sub_(_const(1.0, z2))
         else:
             h = torch.tanh(torch.addmm(bias, h, weight.t()))
         inputs.append(h)
@@ -204,12 +223,13 @@ class _CategoricalPPO(torch.autograd.Function):
             value_in_range = (delta >= -spec.value_clip) & (delta <= spec.value_clip)
             value = old_value + delta.clamp(-spec.value_clip, spec.value_clip)
         diff = value - value_target
-        loss_critic = spec.value_coef * diff.pow(2).mean()
+        # (Python numbers as cached tensors, see _const: the same values, fewer ops)
+        loss_critic = _const(spec.value_coef, diff) * diff.pow(2).mean()
         entropy_mean = entropy.mean()
-        loss_entropy = -spec.entropy_coef * entropy_mean
+        loss_entropy = _const(-spec.entropy_coef, entropy_mean) * entropy_mean
         # diagnostics, as PPOLoss computes them
-        n = ratio.numel()
-        approx_kl = (ratio - log_ratio).mean() - 1.0
+        n = _const(float(ratio.numel()), ratio)
+        approx_kl = (ratio - log_ratio).mean() - _const(1.0, ratio)
         clip_fraction = torch.count_nonzero(clipped_ratio != ratio) / n
 
         ctx.set_materialize_grads(False)
@@ -230,6 +250,7 @@ class _CategoricalPPO(torch.autograd.Function):
         (actor_inputs, critic_inputs, log_p, probs, index, ratio, surr1, surr2, advantage, diff,
          value_in_range) = ctx.saved
         n = ratio.numel()
+        n_t = _const(float(n), ratio)
 
         grad_log_p = None
         if g_objective is not None:
@@ -239,13 +260,13 @@ class _CategoricalPPO(torch.autograd.Function):
             # g_min * A in sum. surr1 > surr2 means outside the range: nothing. surr1 < surr2:
             # g_min * A through surr1. So: g_min * A where surr1 <= surr2, else 0 (bitwise the
             # same, up to the sign of zeros).
-            g_min = (-g_objective) / n
+            g_min = (-g_objective) / n_t
             g_ratio = (g_min * advantage).masked_fill_(surr1 > surr2, 0.0)
             g_log_prob = g_ratio * ratio  # exp
             grad_log_p = torch.zeros_like(log_p).scatter_add_(-1, index, g_log_prob.unsqueeze(-1))
         if g_entropy is not None and spec.entropy_coef != 0:
             # entropy = -(p * log p).sum(-1), p = exp(log p); loss_entropy = -coef * mean(entropy)
-            g_terms = -((g_entropy * -spec.entropy_coef).expand(n) / n)
+            g_terms = -((g_entropy * _const(-spec.entropy_coef, g_entropy)).expand(n) / n_t)
             g_terms = g_terms.unsqueeze(-1).expand_as(log_p)
             g_probs = g_terms * log_p
             from_product = g_terms * probs + g_probs * probs
@@ -257,9 +278,10 @@ class _CategoricalPPO(torch.autograd.Function):
 
         critic_grads: list[torch.Tensor | None] = [None] * len(critic_params)
         if g_critic is not None:
-            g_diff = (g_critic * spec.value_coef).expand(n) / n * (2.0 * diff)  # mul, mean, pow(2)
+            # mul, mean, pow(2)
+            g_diff = (g_critic * _const(spec.value_coef, diff)).expand(n) / n_t * (_const(2.0, diff) * diff)
             if value_in_range is not None:
-                g_diff = torch.where(value_in_range, g_diff, 0.0)
+                g_diff = torch.where(value_in_range, g_diff, _const(0.0, diff))
             critic_grads = _mlp_backward(g_diff.unsqueeze(-1), critic_inputs, critic_params, spec.critic_activations)
         return (None,) * 7 + tuple(actor_grads) + tuple(critic_grads)
 
