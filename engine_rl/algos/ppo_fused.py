@@ -17,10 +17,10 @@ is not vectorized (48 µs on 256x64 here, its ``sigmoid`` 8 µs), so tanh layers
 output, as ``tanh_backward`` does. ``tests/engine_rl/algos/test_ppo_fused.py`` checks all of it.
 
 Measured on PPO's CartPole step (``tests/benchmarks/ppo_step.py``: both 4-64-64 networks, 256
-rows, clipping and Adam included, 10-step blocks interleaved in one process, medians of 60
-rounds): autograd 1380 µs, fused with ``torch.tanh`` 1325 µs (0.98), fused with
-``sigmoid_tanh`` 1195 µs (0.87). In a whole run the loss forward plus backward falls by about a
-quarter (``README.md``).
+rows, clipping and Adam included, 10-step blocks interleaved in one process, medians of 200
+rounds): fused with ``torch.tanh`` 0.93-0.94 of autograd's time, fused with ``sigmoid_tanh``
+0.82-0.84. In a whole run the loss forward plus backward falls by about a quarter
+(``README.md``).
 
 :func:`categorical_mlp_plan` says whether a policy qualifies: a
 :class:`~engine_rl.algos.policies.CategoricalActorCritic` (with the base class's ``evaluate``)

@@ -100,7 +100,7 @@ class PPOConfig:
     fused_loss: bool = True
     """Compute the loss and its gradients in one autograd node with a hand-written backward when
     the policy qualifies (categorical actions, the default MLPs; ``engine_rl.algos.ppo_fused``),
-    with tanh as ``2 * sigmoid(2z) - 1`` on CPU. About 0.87x the optim step's time of autograd's
+    with tanh as ``2 * sigmoid(2z) - 1`` on CPU. About 0.83x the optim step's time of autograd's
     path (``tests/benchmarks/ppo_step.py``); false gives autograd's path and ``torch.tanh``."""
     eval_every: int = 40
     """Evaluate every this many batches (and at the end of the run)."""
