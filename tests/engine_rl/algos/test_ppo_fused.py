@@ -131,7 +131,7 @@ def test_plan_accepts_the_default_networks_only():
     assert categorical_mlp_plan(policy, torch.zeros(5, 4), action) is not None
 
 
-def test_hooked_networks_take_autogards_path_and_see_their_hooks():
+def test_hooked_networks_take_autograds_path_and_see_their_hooks():
     policy = _policy()
     batch = _batch(policy)
     seen = []
