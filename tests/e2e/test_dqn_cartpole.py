@@ -97,6 +97,21 @@ def test_target_worker_trains_the_same_network_as_the_learners_thread():
     assert all(torch.equal(nets[0][k], nets[1][k]) for k in nets[0])
 
 
+@pytest.mark.parametrize("threads, setting, background", [(1, None, True), (2, None, False), (2, True, True),
+                                                         (1, False, False)])
+def test_target_worker_defaults_on_with_one_torch_thread_only(threads, setting, background):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        setup = get_recipe("dqn-cartpole").build(make_config("dqn-cartpole", {"target_worker": setting}))
+    finally:
+        torch.set_num_threads(before)
+    (sampler,) = [f for f, *_ in setup.trainer._event_handlers[RLEvents.SAMPLE_REQUESTED]
+                  if isinstance(f, ReplaySampler)]
+    setup.close()
+    assert sampler.background is background
+
+
 def test_cli_errors_name_the_problem(capsys):
     assert main(["train", "dqn-pong"]) == 2
     assert "unknown recipe 'dqn-pong'; known recipes: dqn-cartpole" in capsys.readouterr().err
