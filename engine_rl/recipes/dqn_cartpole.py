@@ -100,8 +100,9 @@ class DQNConfig:
     thread, 1024 rows at a time, while the optim steps train on the rows already done
     (``ReplaySampler(background=True)``). The same values; on CPU the passes use the second core.
     ``None`` (the default): on if torch runs one intra-op thread when the recipe is built, off with
-    more (``--threads 2``), where both threads' ops would split over the same cores and oversubscribe them (seed 0
-    without evaluations on this 2-core box: 97 and 100 s with the worker, 48 and 45 s without)."""
+    more (``--threads 2``), where both threads' ops would split over the same cores and
+    oversubscribe them (seed 0 without evaluations on this 2-core box: 97 and 100 s with the
+    worker, 48 and 45 s without)."""
     max_grad_norm: float = 10.0
     """Gradient clipping by global norm (<= 0 disables)."""
     prioritized: bool = False
