@@ -26,7 +26,7 @@ from torch import nn
 
 from engine_rl.keys import require_keys
 
-__all__ = ["TRANSITION_KEYS", "q_regression", "read_transition"]
+__all__ = ["TRANSITION_KEYS", "q_regression", "q_regression_of", "read_transition"]
 
 TRANSITION_KEYS = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
 """The replay sample entries :func:`read_transition` reads."""
@@ -59,7 +59,12 @@ def q_regression(
 ) -> torch.Tensor:
     """``sum_i mean(w * (Q_i(s, a) - y)^2)`` over the critics, ``w`` the sample's importance
     ``weight`` (1 without one); writes ``td_error = max_i |Q_i(s, a) - y|`` into ``sample``."""
-    error = critic(obs, action) - target  # [num_q, batch]
+    return q_regression_of(critic(obs, action), target, sample)
+
+
+def q_regression_of(q_values: torch.Tensor, target: torch.Tensor, sample: TensorDictBase) -> torch.Tensor:
+    """:func:`q_regression` of already computed ``Q_i(s, a)`` values ``[num_q, batch]``."""
+    error = q_values - target  # [num_q, batch]
     sq = error.square()
     weight = sample.get("weight", None)
     if weight is not None:

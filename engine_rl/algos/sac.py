@@ -15,7 +15,11 @@ parameter set its own optimizer:
   ``-action_dim``) and shrinks above it.
 
 All three use the same ``alpha = exp(log_alpha)`` (detached), read before the step, as
-Stable-Baselines3 does. Only ``terminated`` stops bootstrapping: a time-limit truncation
+Stable-Baselines3 does. With ``target_worker=True`` the TD target (the actor's draw at ``s'``
+and the target critics' values, no gradients) is computed on a worker thread
+(:mod:`engine_rl.algos.worker`) while the calling thread runs the critics and the actor on the
+sample: the same ops on the same inputs and the same random draws, so the same losses and
+gradients, bit for bit. Only ``terminated`` stops bootstrapping: a time-limit truncation
 bootstraps from the true final observation. The target critics are a plain module that
 :class:`handlers.TargetNetUpdater` Polyak-averages on ``RLEvents.OPTIM_STEP_DONE``.
 """
@@ -31,8 +35,9 @@ import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from engine_rl.algos import worker
 from engine_rl.algos.actors import TanhGaussianActor
-from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
+from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression_of, read_transition
 
 __all__ = ["QEnsemble", "SACLoss"]
 
@@ -149,6 +154,11 @@ class SACLoss(nn.Module):
         alpha_init: initial temperature (> 0).
         learn_alpha: tune ``log_alpha`` (``loss_alpha`` is returned); else ``alpha`` stays fixed.
         target_entropy: entropy target of the temperature loss; default ``-action_dim``.
+        target_worker: compute the TD target on a worker thread, beside the critics' and the
+            actor's passes on the sample (see the module docstring). Worth it on CPU with one
+            torch thread, where the two use two cores (one SAC update on Pendulum sizes:
+            0.85x the time, ``tests/benchmarks/sac_update.py``); with more torch threads per
+            op the two threads' ops compete for the same cores.
 
     Examples:
         >>> import gymnasium as gym
@@ -176,6 +186,7 @@ class SACLoss(nn.Module):
         alpha_init: float = 1.0,
         learn_alpha: bool = True,
         target_entropy: float | None = None,
+        target_worker: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(actor, TanhGaussianActor):
@@ -193,27 +204,48 @@ class SACLoss(nn.Module):
         self.learn_alpha = learn_alpha
         self.target_entropy = float(-actor.action_dim if target_entropy is None else target_entropy)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init)), requires_grad=learn_alpha)
+        self.target_worker = bool(target_worker)
 
     @property
     def alpha(self) -> float:
         """The current temperature ``exp(log_alpha)``."""
         return float(self.log_alpha.detach().exp())
 
+    @torch.no_grad()
+    def _td_target(self, next_obs: torch.Tensor, reward: torch.Tensor, not_terminated: torch.Tensor,
+                   alpha: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+        next_action, next_log_prob = self.actor.sample(next_obs, noise)
+        next_q = self.target_critic(next_obs, next_action).amin(0)
+        # soft TD target: y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))
+        soft_next_value = next_q - alpha * next_log_prob
+        return torch.addcmul(reward, not_terminated.to(reward.dtype), soft_next_value, value=self.gamma)
+
+    def _td_target_in(self, autocast: tuple[str, bool, torch.dtype], *args: torch.Tensor) -> torch.Tensor:
+        with worker.in_autocast(autocast):
+            return self._td_target(*args)
+
+    def _sample_terms(self, obs: torch.Tensor, action: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q_values = self.critic(obs, action)
+        new_action, log_prob = self.actor.sample(obs)
+        q_new = self.critic(obs, new_action, detach_params=True).amin(0)
+        return q_values, log_prob, q_new
+
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="SACLoss")
         alpha = self.log_alpha.detach().exp()
 
-        with torch.no_grad():
-            next_action, next_log_prob = self.actor.sample(next_obs)
-            next_q = self.target_critic(next_obs, next_action).amin(0)
-            # soft TD target: y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))
-            soft_next_value = next_q - alpha * next_log_prob
-            target = torch.addcmul(reward, not_terminated.to(reward.dtype), soft_next_value, value=self.gamma)
+        if self.target_worker:
+            # s' draws first, as on one thread; the target pass beside the sample's passes
+            noise = self.actor.draw_noise(next_obs)
+            future = worker.submit(self._td_target_in, worker.autocast_state(next_obs.device.type),
+                                   next_obs, reward, not_terminated, alpha, noise)
+            (q_values, log_prob, q_new), target = worker.result_after(
+                future, lambda: self._sample_terms(obs, action, alpha))
+        else:
+            target = self._td_target(next_obs, reward, not_terminated, alpha, None)
+            q_values, log_prob, q_new = self._sample_terms(obs, action, alpha)
 
-        loss_qvalue = 0.5 * q_regression(self.critic, obs, action, target, sample)
-
-        new_action, log_prob = self.actor.sample(obs)
-        q_new = self.critic(obs, new_action, detach_params=True).amin(0)
+        loss_qvalue = 0.5 * q_regression_of(q_values, target, sample)
         loss_actor = (alpha * log_prob - q_new).mean()
 
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue}
@@ -225,4 +257,5 @@ class SACLoss(nn.Module):
         return TensorDict(out, batch_size=[])
 
     def extra_repr(self) -> str:
-        return f"gamma={self.gamma}, learn_alpha={self.learn_alpha}, target_entropy={self.target_entropy}"
+        return (f"gamma={self.gamma}, learn_alpha={self.learn_alpha}, target_entropy={self.target_entropy}, "
+                f"target_worker={self.target_worker}")

@@ -130,3 +130,16 @@ def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, precision):
     summary = train("sac-pendulum", cfg, tmp_path, progress=False)
     assert summary["frames"] == 20_000
     assert summary["eval_return_mean"] >= -200, summary
+
+
+@pytest.mark.parametrize("threads,setting,on", [(1, None, True), (2, None, False), (2, True, True), (1, False, False)])
+def test_target_worker_defaults_on_with_one_torch_thread_only(threads, setting, on):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        setup = get_recipe("sac-pendulum").build(make_config("sac-pendulum", {"target_worker": setting}))
+    finally:
+        torch.set_num_threads(before)
+    loss = setup.to_save["loss"]
+    setup.close()
+    assert loss.target_worker is on

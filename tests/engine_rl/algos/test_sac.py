@@ -266,3 +266,75 @@ def test_trainer_with_three_optimizers_and_soft_target_updates():
     assert loss_fn.alpha != 1.0
     for name, module in modules.items():
         assert all(not torch.equal(p, before[name][k]) for k, p in module.named_parameters()), name
+
+
+def _mlp_sac(target_worker, *, seed=0):
+    torch.manual_seed(seed)
+    actor = TanhGaussianActor.build(3, gym.spaces.Box(-2.0, 2.0, (1,)), hidden=(32, 32))
+    return SACLoss(actor, QEnsemble(3, 1, (32, 32)), target_worker=target_worker)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_target_worker_gives_bitwise_the_same_losses_gradients_and_draws(precision):
+    from engine_rl.precision import AutocastLoss
+
+    results = []
+    for target_worker in (False, True):
+        loss = _mlp_sac(target_worker)
+        loss_fn = loss if precision == "float32" else AutocastLoss(loss, torch.bfloat16)
+        sample = _sample(n=16)
+        torch.manual_seed(123)
+        out = loss_fn(sample)
+        (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+        params = [*loss.actor.parameters(), *loss.critic.parameters(), loss.log_alpha]
+        results.append((out, [p.grad.clone() for p in params], sample["td_error"], torch.randn(3)))
+    (out0, grads0, td0, after0), (out1, grads1, td1, after1) = results
+    for key in ("loss_actor", "loss_qvalue", "loss_alpha", "entropy"):
+        assert torch.equal(out0[key], out1[key]), key
+    assert all(torch.equal(a, b) for a, b in zip(grads0, grads1))
+    assert torch.equal(td0, td1)
+    assert torch.equal(after0, after1)  # the global generator is left in the same state
+
+
+def test_target_worker_runs_the_target_critics_on_another_thread():
+    import threading
+
+    loss = _mlp_sac(True)
+    seen = {}
+
+    def record(name):
+        return lambda module, args, output: seen.setdefault(name, set()).add(threading.current_thread().name)
+
+    loss.target_critic.register_forward_hook(record("target"))
+    loss.critic.register_forward_hook(record("critic"))
+    loss(_sample(n=8))
+    assert seen["critic"] == {threading.current_thread().name}
+    (target_thread,) = seen["target"]
+    assert target_thread != threading.current_thread().name and target_thread.startswith("engine_rl-loss-worker")
+
+
+def test_target_worker_error_surfaces_in_the_caller_after_the_worker_is_done():
+    loss = _mlp_sac(True)
+
+    def fail(module, args, output):
+        raise RuntimeError("target critic broke")
+
+    loss.target_critic.register_forward_hook(fail)
+    with pytest.raises(RuntimeError, match="target critic broke"):
+        loss(_sample(n=8))
+    # an error on the caller's side waits for the worker's task, then is raised
+    loss = _mlp_sac(True)
+    loss.critic.register_forward_hook(lambda module, args, output: (_ for _ in ()).throw(ValueError("critic broke")))
+    with pytest.raises(ValueError, match="critic broke"):
+        loss(_sample(n=8))
+
+
+def test_draw_noise_matches_sample_draws():
+    actor = _mlp_sac(False).actor
+    obs = torch.randn(5, 3)
+    torch.manual_seed(7)
+    a0, lp0 = actor.sample(obs)
+    torch.manual_seed(7)
+    a1, lp1 = actor.sample(obs, actor.draw_noise(obs))
+    assert torch.equal(a0, a1) and torch.equal(lp0, lp1)
+    assert actor.draw_noise(obs).shape == (5, 1)
