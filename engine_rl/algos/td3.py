@@ -16,6 +16,11 @@ need no engine support:
 The critics' loss is ``sum_i mean((Q_i(s, a) - y)^2)`` and the actor's ``-mean(Q_1(s, mu(s)))``
 with the critics' parameters detached (only the first critic, as in the paper). Actions are
 handled in the unit box ``[-1, 1]`` and scaled to the env's bounds by :class:`TanhActor`.
+
+With ``target_worker=True`` the TD target (the target actor and critics at ``s'``, no
+gradients) is computed on a worker thread (:mod:`engine_rl.algos.worker`) while the calling
+thread runs the critics (and, on actor steps, the actor) on the sample; the smoothing noise is
+drawn on the calling thread first, so the losses and gradients are the same, bit for bit.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from engine_rl.algos import worker
 from engine_rl.algos.actors import box_bounds
-from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
+from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression_of, read_transition
 from engine_rl.algos.networks import mlp
 from engine_rl.exploration import SeededPolicyWrapper
 
@@ -162,6 +168,8 @@ class TD3Loss(nn.Module):
         policy_delay: critic updates per actor update (>= 1).
         target_noise: std of the target policy smoothing noise (unit-box units, >= 0).
         noise_clip: the smoothing noise is clipped to ``[-noise_clip, noise_clip]`` (>= 0).
+        target_worker: compute the TD target on a worker thread beside the sample's passes
+            (see the module docstring); worth it on CPU with one torch thread.
 
     Examples:
         >>> import gymnasium as gym
@@ -190,6 +198,7 @@ class TD3Loss(nn.Module):
         policy_delay: int = 2,
         target_noise: float = 0.2,
         noise_clip: float = 0.5,
+        target_worker: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(actor, TanhActor):
@@ -210,27 +219,55 @@ class TD3Loss(nn.Module):
         self.target_noise = float(target_noise)
         self.noise_clip = float(noise_clip)
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
+        self.target_worker = bool(target_worker)
+
+    @torch.no_grad()
+    def _td_target(self, next_obs: torch.Tensor, reward: torch.Tensor, not_terminated: torch.Tensor,
+                   draws: torch.Tensor | None) -> torch.Tensor:
+        next_unit = self.target_actor.unit_action(next_obs)
+        draws = torch.randn_like(next_unit) if draws is None else draws
+        noise = (draws * self.target_noise).clamp(-self.noise_clip, self.noise_clip)
+        next_q = self.target_critic(next_obs, (next_unit + noise).clamp(-1.0, 1.0)).amin(0)
+        # TD target: y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')
+        return torch.addcmul(reward, not_terminated.to(reward.dtype), next_q, value=self.gamma)
+
+    def _td_target_in(self, autocast: tuple[str, bool, torch.dtype], *args: torch.Tensor) -> torch.Tensor:
+        with worker.in_autocast(autocast):
+            return self._td_target(*args)
+
+    def _sample_terms(self, obs: torch.Tensor, action: torch.Tensor, actor_step: bool) -> tuple[Any, Any]:
+        q_values = self.critic(obs, action)
+        if not actor_step:
+            return q_values, None
+        return q_values, self.critic(obs, self.actor.unit_action(obs), detach_params=True, first=1)[0]
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="TD3Loss")
         self.updates += 1
+        actor_step = int(self.updates) % self.policy_delay == 0
 
-        with torch.no_grad():
-            next_unit = self.target_actor.unit_action(next_obs)
-            noise = (torch.randn_like(next_unit) * self.target_noise).clamp(-self.noise_clip, self.noise_clip)
-            next_q = self.target_critic(next_obs, (next_unit + noise).clamp(-1.0, 1.0)).amin(0)
-            # TD target: y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')
-            target = torch.addcmul(reward, not_terminated.to(reward.dtype), next_q, value=self.gamma)
+        if self.target_worker:
+            # the smoothing draws here, in the dtype of the target actor's output layer (what
+            # randn_like gives on one thread for an mlp() actor), then the target pass beside
+            # the sample's passes
+            params = list(self.target_actor.net.parameters())
+            dtype = params[-1].dtype if params else torch.get_default_dtype()
+            draws = torch.randn(*next_obs.shape[:-1], self.target_actor.action_dim, dtype=dtype,
+                                device=next_obs.device)
+            future = worker.submit(self._td_target_in, worker.autocast_state(next_obs.device.type),
+                                   next_obs, reward, not_terminated, draws)
+            (q_values, q_pi), target = worker.result_after(future, lambda: self._sample_terms(obs, action, actor_step))
+        else:
+            target = self._td_target(next_obs, reward, not_terminated, None)
+            q_values, q_pi = self._sample_terms(obs, action, actor_step)
 
-        out = {"loss_qvalue": q_regression(self.critic, obs, action, target, sample)}
-
-        if int(self.updates) % self.policy_delay == 0:
-            q_pi = self.critic(obs, self.actor.unit_action(obs), detach_params=True, first=1)[0]
+        out = {"loss_qvalue": q_regression_of(q_values, target, sample)}
+        if q_pi is not None:
             out["loss_actor"] = -q_pi.mean()
         return TensorDict(out, batch_size=[])
 
     def extra_repr(self) -> str:
         return (
             f"gamma={self.gamma}, policy_delay={self.policy_delay}, target_noise={self.target_noise}, "
-            f"noise_clip={self.noise_clip}"
+            f"noise_clip={self.noise_clip}, target_worker={self.target_worker}"
         )

@@ -62,6 +62,11 @@ class TD3Config(OffPolicyConfig):
     """Clip of the target policy smoothing noise (SB3: 0.5)."""
     eval_episodes: int = 10
     """Deterministic (noise-free) evaluation episodes per evaluation."""
+    target_worker: bool | None = None
+    """Compute each update's TD target (the target actor and critics at s') on a worker thread
+    while the critics (and the actor) run on the sample (``TD3Loss(target_worker=True)``): the
+    same values bit for bit, on the second core. ``None`` (the default): on if torch runs one
+    intra-op thread when the recipe is built, off with more (``--threads 2``)."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up and exploration noise, and the replay sampler."""
 
@@ -85,7 +90,8 @@ def build_td3(cfg: TD3Config) -> Setup:
     actor = TanhActor.build(obs_dim, space, hidden=cfg.hidden)
     critic = QEnsemble(obs_dim, actor.action_dim, cfg.hidden, num_q=2)
     loss = TD3Loss(actor, critic, gamma=cfg.gamma, policy_delay=cfg.policy_delay,
-                   target_noise=cfg.target_noise, noise_clip=cfg.noise_clip)
+                   target_noise=cfg.target_noise, noise_clip=cfg.noise_clip,
+                   target_worker=cfg.target_worker if cfg.target_worker is not None else torch.get_num_threads() == 1)
     noisy = GaussianNoise(actor, std=cfg.exploration_noise, seed=cfg.seed + 1)
     explore = RandomWarmup(noisy, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
     collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,

@@ -161,3 +161,43 @@ def test_missing_key_and_bad_arguments_name_them():
         TD3Loss(_actor(), critic, gamma=2)
     with pytest.raises(TypeError, match="TD3Loss: actor must be a TanhActor, got Linear"):
         TD3Loss(nn.Linear(3, 1), critic)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_target_worker_gives_bitwise_the_same_losses_and_gradients(precision):
+    import threading
+
+    from engine_rl.precision import AutocastLoss
+
+    runs = []
+    for target_worker in (False, True):
+        torch.manual_seed(0)
+        actor = TanhActor.build(3, BOX, hidden=(32, 32))
+        loss = TD3Loss(actor, QEnsemble(3, 1, (32, 32)), target_worker=target_worker)
+        threads = set()
+        loss.target_critic.register_forward_hook(lambda m, a, o: threads.add(threading.current_thread().name))
+        loss_fn = loss if precision == "float32" else AutocastLoss(loss, torch.bfloat16)
+        g = torch.Generator().manual_seed(1)
+        steps = []
+        torch.manual_seed(5)
+        for _ in range(2):  # a critic-only step, then an actor step
+            sample = _sample(n=8)
+            sample["action"] = torch.rand(8, 1, generator=g) * 4 - 2
+            sample["next", "observation"] = torch.randn(8, 3, generator=g)
+            out = loss_fn(sample)
+            total = sum(out[k] for k in ("loss_qvalue", "loss_actor") if k in out.keys())
+            total.backward()
+            params = [*actor.parameters(), *loss.critic.parameters()]
+            steps.append(([out[k].detach() for k in sorted(out.keys())],
+                          [None if p.grad is None else p.grad.clone() for p in params]))
+            for p in params:
+                p.grad = None
+        runs.append((steps, threads, torch.randn(2)))
+    (steps0, threads0, after0), (steps1, threads1, after1) = runs
+    assert len(steps0[1][0]) == 2  # loss_actor came on the second call
+    for (losses0, grads0), (losses1, grads1) in zip(steps0, steps1):
+        assert all(torch.equal(a, b) for a, b in zip(losses0, losses1))
+        assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(grads0, grads1))
+    assert torch.equal(after0, after1)
+    assert threads0 == {threading.current_thread().name}
+    assert len(threads1) == 1 and next(iter(threads1)).startswith("engine_rl-loss-worker")
