@@ -15,10 +15,14 @@ parameter set its own optimizer:
   ``-action_dim``) and shrinks above it.
 
 All three use the same ``alpha = exp(log_alpha)`` (detached), read before the step, as
-Stable-Baselines3 does. With ``target_worker=True`` the TD target (the actor's draw at ``s'``
-and the target critics' values, no gradients) is computed on a worker thread
-(:mod:`engine_rl.algos.worker`) while the calling thread runs the critics and the actor on the
-sample: the same ops on the same inputs and the same random draws, so the same losses and
+Stable-Baselines3 does.
+
+Two threads (``worker_thread=True``, :mod:`engine_rl.algos.worker`): the TD target (the actor's
+draw at ``s'`` and the target critics' values, no gradients) is computed on a worker thread
+while the calling thread runs the critics and the actor on the sample; in the backward the
+critics' loss is back-propagated on the worker while the calling thread back-propagates the
+actor's (their graphs share no parameter: the actor's loss sees the critics' parameters
+detached). The same ops on the same inputs with the same random draws: the same losses and
 gradients, bit for bit. Only ``terminated`` stops bootstrapping: a time-limit truncation
 bootstraps from the true final observation. The target critics are a plain module that
 :class:`handlers.TargetNetUpdater` Polyak-averages on ``RLEvents.OPTIM_STEP_DONE``.
@@ -154,11 +158,11 @@ class SACLoss(nn.Module):
         alpha_init: initial temperature (> 0).
         learn_alpha: tune ``log_alpha`` (``loss_alpha`` is returned); else ``alpha`` stays fixed.
         target_entropy: entropy target of the temperature loss; default ``-action_dim``.
-        target_worker: compute the TD target on a worker thread, beside the critics' and the
-            actor's passes on the sample (see the module docstring). Worth it on CPU with one
-            torch thread, where the two use two cores (one SAC update on Pendulum sizes:
-            0.85x the time, ``tests/benchmarks/sac_update.py``); with more torch threads per
-            op the two threads' ops compete for the same cores.
+        worker_thread: compute the TD target and back-propagate the critics' loss on a worker
+            thread, beside the caller's work (see the module docstring). Worth it on CPU with one
+            torch thread per op, where the two threads use two cores (``README.md``: a SAC
+            update on Pendulum sizes in about 0.7 of the time); with more torch threads per op
+            both threads' ops compete for the same cores. Not for ``retain_graph=True``.
 
     Examples:
         >>> import gymnasium as gym
@@ -186,7 +190,7 @@ class SACLoss(nn.Module):
         alpha_init: float = 1.0,
         learn_alpha: bool = True,
         target_entropy: float | None = None,
-        target_worker: bool = False,
+        worker_thread: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(actor, TanhGaussianActor):
@@ -204,7 +208,7 @@ class SACLoss(nn.Module):
         self.learn_alpha = learn_alpha
         self.target_entropy = float(-actor.action_dim if target_entropy is None else target_entropy)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init)), requires_grad=learn_alpha)
-        self.target_worker = bool(target_worker)
+        self.worker_thread = bool(worker_thread)
 
     @property
     def alpha(self) -> float:
@@ -234,7 +238,7 @@ class SACLoss(nn.Module):
         obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="SACLoss")
         alpha = self.log_alpha.detach().exp()
 
-        if self.target_worker:
+        if self.worker_thread:
             # s' draws first, as on one thread; the target pass beside the sample's passes
             noise = self.actor.draw_noise(next_obs)
             future = worker.submit(self._td_target_in, worker.autocast_state(next_obs.device.type),
@@ -247,6 +251,8 @@ class SACLoss(nn.Module):
 
         loss_qvalue = 0.5 * q_regression_of(q_values, target, sample)
         loss_actor = (alpha * log_prob - q_new).mean()
+        if self.worker_thread:  # the critics' backward on the worker, the actor's here
+            loss_qvalue, loss_actor = worker.parallel_backward(loss_qvalue, loss_actor)
 
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue}
         log_prob_d = log_prob.detach()
@@ -258,4 +264,4 @@ class SACLoss(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"gamma={self.gamma}, learn_alpha={self.learn_alpha}, target_entropy={self.target_entropy}, "
-                f"target_worker={self.target_worker}")
+                f"worker_thread={self.worker_thread}")

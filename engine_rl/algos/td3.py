@@ -17,10 +17,12 @@ The critics' loss is ``sum_i mean((Q_i(s, a) - y)^2)`` and the actor's ``-mean(Q
 with the critics' parameters detached (only the first critic, as in the paper). Actions are
 handled in the unit box ``[-1, 1]`` and scaled to the env's bounds by :class:`TanhActor`.
 
-With ``target_worker=True`` the TD target (the target actor and critics at ``s'``, no
+With ``worker_thread=True`` the TD target (the target actor and critics at ``s'``, no
 gradients) is computed on a worker thread (:mod:`engine_rl.algos.worker`) while the calling
-thread runs the critics (and, on actor steps, the actor) on the sample; the smoothing noise is
-drawn on the calling thread first, so the losses and gradients are the same, bit for bit.
+thread runs the critics (and, on actor steps, the actor) on the sample, and on actor steps the
+critics' loss is back-propagated on the worker while the calling thread back-propagates the
+actor's; the smoothing noise is drawn on the calling thread first, so the losses and gradients
+are the same, bit for bit.
 """
 
 from __future__ import annotations
@@ -168,8 +170,9 @@ class TD3Loss(nn.Module):
         policy_delay: critic updates per actor update (>= 1).
         target_noise: std of the target policy smoothing noise (unit-box units, >= 0).
         noise_clip: the smoothing noise is clipped to ``[-noise_clip, noise_clip]`` (>= 0).
-        target_worker: compute the TD target on a worker thread beside the sample's passes
-            (see the module docstring); worth it on CPU with one torch thread.
+        worker_thread: compute the TD target (and, on actor steps, back-propagate the critics'
+            loss) on a worker thread beside the caller's work (see the module docstring); worth
+            it on CPU with one torch thread per op. Not for ``retain_graph=True``.
 
     Examples:
         >>> import gymnasium as gym
@@ -198,7 +201,7 @@ class TD3Loss(nn.Module):
         policy_delay: int = 2,
         target_noise: float = 0.2,
         noise_clip: float = 0.5,
-        target_worker: bool = False,
+        worker_thread: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(actor, TanhActor):
@@ -219,7 +222,7 @@ class TD3Loss(nn.Module):
         self.target_noise = float(target_noise)
         self.noise_clip = float(noise_clip)
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
-        self.target_worker = bool(target_worker)
+        self.worker_thread = bool(worker_thread)
 
     @torch.no_grad()
     def _td_target(self, next_obs: torch.Tensor, reward: torch.Tensor, not_terminated: torch.Tensor,
@@ -246,7 +249,7 @@ class TD3Loss(nn.Module):
         self.updates += 1
         actor_step = int(self.updates) % self.policy_delay == 0
 
-        if self.target_worker:
+        if self.worker_thread:
             # the smoothing draws here, in the dtype of the target actor's output layer (what
             # randn_like gives on one thread for an mlp() actor), then the target pass beside
             # the sample's passes
@@ -264,10 +267,12 @@ class TD3Loss(nn.Module):
         out = {"loss_qvalue": q_regression_of(q_values, target, sample)}
         if q_pi is not None:
             out["loss_actor"] = -q_pi.mean()
+            if self.worker_thread:  # the critics' backward on the worker, the actor's here
+                out["loss_qvalue"], out["loss_actor"] = worker.parallel_backward(out["loss_qvalue"], out["loss_actor"])
         return TensorDict(out, batch_size=[])
 
     def extra_repr(self) -> str:
         return (
             f"gamma={self.gamma}, policy_delay={self.policy_delay}, target_noise={self.target_noise}, "
-            f"noise_clip={self.noise_clip}, target_worker={self.target_worker}"
+            f"noise_clip={self.noise_clip}, worker_thread={self.worker_thread}"
         )

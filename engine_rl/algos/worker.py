@@ -1,8 +1,10 @@
 """One process-wide worker thread for the losses that compute part of a step beside the caller.
 
-:class:`~engine_rl.algos.SACLoss` (``target_worker=True``) submits its TD-target computation
-here and computes the critics' and the actor's passes on the calling thread meanwhile. On CPU
-with one torch thread per op the two run on two cores: torch releases the GIL inside its ops.
+:class:`~engine_rl.algos.SACLoss` and :class:`~engine_rl.algos.TD3Loss` (``worker_thread=True``)
+submit their TD-target computation here and run the critics' and the actor's passes on the
+calling thread meanwhile; then :func:`parallel_backward` runs the critics' backward here while
+the caller runs the actor's. On CPU with one torch thread per op the two run on two cores: torch
+releases the GIL inside its ops.
 
 The thread is created on first use, shared by every loss in the process (tasks run one after
 another), and recreated in a child after ``os.fork``. Grad mode and autocast are per thread:
@@ -19,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["autocast_state", "in_autocast", "result_after", "submit"]
+__all__ = ["autocast_state", "in_autocast", "parallel_backward", "result_after", "submit"]
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -69,3 +71,50 @@ def in_autocast(state: tuple[str, bool, torch.dtype]) -> contextlib.AbstractCont
     if not enabled:
         return contextlib.nullcontext()
     return torch.autocast(device_type, dtype=dtype)
+
+
+_ANCHOR = torch.zeros((), requires_grad=True)  # puts _ParallelBackward in the graph; never gets a gradient
+
+
+class _ParallelBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, losses: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        ctx.losses = losses  # not inputs: their graphs are run by backward below, not by the caller's engine
+        ctx.set_materialize_grads(False)
+        return tuple(loss.detach().clone() for loss in losses)
+
+    @staticmethod
+    def backward(ctx: Any, grad_first: torch.Tensor | None, grad_second: torch.Tensor | None) -> tuple[None, None]:
+        first, second = ctx.losses
+        if grad_first is None or grad_second is None:  # one of the two back-propagated alone
+            loss, grad = (first, grad_first) if grad_second is None else (second, grad_second)
+            if grad is not None:
+                torch.autograd.backward(loss, grad)
+            return None, None
+        future = submit(torch.autograd.backward, first, grad_first)
+        result_after(future, lambda: torch.autograd.backward(second, grad_second))
+        return None, None
+
+
+def parallel_backward(first: torch.Tensor, second: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copies of two scalar losses whose backward runs ``first``'s graph on the worker thread
+    and ``second``'s on the calling thread at the same time.
+
+    Back-propagating anything that sums the copies (``(first + second).backward()``, what the
+    trainer does with a loss module's ``loss_*`` entries) gives each graph's leaves the gradients
+    they would get from ``first`` and ``second`` themselves, bit for bit; so does
+    back-propagating one copy alone. The two graphs must share no tensor that requires a
+    gradient (e.g. the critics' loss and an actor loss taken through critics with detached
+    parameters). Not for ``retain_graph=True`` or ``create_graph=True``: each graph is freed
+    after its backward. Losses that do not require a gradient are returned as they are.
+
+    Examples:
+        >>> a, b = torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+        >>> la, lb = parallel_backward((a * 3).sum(), (b * 5).sum())
+        >>> (la + lb).backward()
+        >>> a.grad.tolist(), b.grad.tolist(), float(la), float(lb)
+        ([3.0, 3.0], [5.0, 5.0], 6.0, 10.0)
+    """
+    if not (first.requires_grad and second.requires_grad and torch.is_grad_enabled()):
+        return first, second
+    return _ParallelBackward.apply(_ANCHOR, (first, second))

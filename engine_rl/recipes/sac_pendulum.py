@@ -50,10 +50,11 @@ class SACConfig(OffPolicyConfig):
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
     'bfloat16' (autocast; about 1.3x faster updates on a CPU with native bfloat16; parameters,
     gradients, optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
-    target_worker: bool | None = None
-    """Compute each update's TD target (the actor at s', the target critics) on a worker thread
-    while the critics and the actor run on the sample (``SACLoss(target_worker=True)``): the
-    same values bit for bit, on the second core. ``None`` (the default): on if torch runs one
+    worker_thread: bool | None = None
+    """Use a second thread in each update (``SACLoss(worker_thread=True)``): the TD target
+    (the actor at s', the target critics) is computed on it while the critics and the actor run on the sample, and the
+    critics' loss is back-propagated on it while the actor's is back-propagated here. The same
+    values bit for bit, on the second core. ``None`` (the default): on if torch runs one
     intra-op thread when the recipe is built, off with more (``--threads 2``), where both
     threads' ops would split over the same cores."""
     seed: int = 0
@@ -77,7 +78,7 @@ def build_sac(cfg: SACConfig) -> Setup:
     loss = SACLoss(
         actor, critic, gamma=cfg.gamma, alpha_init=cfg.alpha_init, learn_alpha=cfg.learn_alpha,
         target_entropy=cfg.target_entropy,
-        target_worker=cfg.target_worker if cfg.target_worker is not None else torch.get_num_threads() == 1,
+        worker_thread=cfg.worker_thread if cfg.worker_thread is not None else torch.get_num_threads() == 1,
     )
     explore = RandomWarmup(actor, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
     collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,

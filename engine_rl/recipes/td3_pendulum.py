@@ -62,11 +62,13 @@ class TD3Config(OffPolicyConfig):
     """Clip of the target policy smoothing noise (SB3: 0.5)."""
     eval_episodes: int = 10
     """Deterministic (noise-free) evaluation episodes per evaluation."""
-    target_worker: bool | None = None
-    """Compute each update's TD target (the target actor and critics at s') on a worker thread
-    while the critics (and the actor) run on the sample (``TD3Loss(target_worker=True)``): the
-    same values bit for bit, on the second core. ``None`` (the default): on if torch runs one
-    intra-op thread when the recipe is built, off with more (``--threads 2``)."""
+    worker_thread: bool | None = None
+    """Use a second thread in each update (``TD3Loss(worker_thread=True)``): the TD target
+    (the target actor and critics at s') is computed on it while the critics and the actor run on the sample, and the
+    critics' loss is back-propagated on it while the actor's is back-propagated here. The same
+    values bit for bit, on the second core. ``None`` (the default): on if torch runs one
+    intra-op thread when the recipe is built, off with more (``--threads 2``), where both
+    threads' ops would split over the same cores."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up and exploration noise, and the replay sampler."""
 
@@ -91,7 +93,7 @@ def build_td3(cfg: TD3Config) -> Setup:
     critic = QEnsemble(obs_dim, actor.action_dim, cfg.hidden, num_q=2)
     loss = TD3Loss(actor, critic, gamma=cfg.gamma, policy_delay=cfg.policy_delay,
                    target_noise=cfg.target_noise, noise_clip=cfg.noise_clip,
-                   target_worker=cfg.target_worker if cfg.target_worker is not None else torch.get_num_threads() == 1)
+                   worker_thread=cfg.worker_thread if cfg.worker_thread is not None else torch.get_num_threads() == 1)
     noisy = GaussianNoise(actor, std=cfg.exploration_noise, seed=cfg.seed + 1)
     explore = RandomWarmup(noisy, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
     collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,

@@ -13,9 +13,10 @@ Variants, interleaved and repeated (medians reported):
   (what ``--set precision=bfloat16`` builds): matmuls in bfloat16, output layers, parameters,
   gradients and optimizer state in float32. ``native_bfloat16`` says whether this CPU has
   bfloat16 dot products (without them bfloat16 is emulated and slower).
-- ``engine_target_worker`` and ``engine_bfloat16_target_worker``: the two above with
-  ``SACLoss(target_worker=True)``, the TD target computed on a worker thread beside the
-  critics' and the actor's passes (the same gradients, bit for bit).
+- ``engine_worker_thread`` and ``engine_bfloat16_worker_thread``: the two above with
+  ``SACLoss(worker_thread=True)``: the TD target computed, and the critics' loss
+  back-propagated, on a worker thread beside the caller's passes (the same gradients, bit for
+  bit).
 
 ``output_layer_us``: forward plus backward of the critics' last layer (2 critics, 256 rows,
 256 -> 1) as a batched matmul (``torch.baddbmm``) vs the broadcast multiply-sum that
@@ -67,11 +68,11 @@ def _sample() -> TensorDict:
     )
 
 
-def make_engine_step(dtype: torch.dtype | None = None, *, target_worker: bool = False):
+def make_engine_step(dtype: torch.dtype | None = None, *, worker_thread: bool = False):
     torch.manual_seed(0)
     actor = TanhGaussianActor.build(OBS, gym.spaces.Box(-2.0, 2.0, (ACT,)), hidden=HIDDEN)
     critic = QEnsemble(OBS, ACT, HIDDEN)
-    loss = SACLoss(actor, critic, target_worker=target_worker)
+    loss = SACLoss(actor, critic, worker_thread=worker_thread)
     groups = (actor.parameters(), critic.parameters(), [loss.log_alpha])
     opts = [FastAdam(p, lr=1e-3) for p in groups]
     target = SoftUpdate(critic, loss.target_critic, tau=0.005)
@@ -184,8 +185,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     reps, n = (3, 10) if args.quick else (9, 30)
     steps = {"engine": make_engine_step(), "engine_bfloat16": make_engine_step(torch.bfloat16),
-             "engine_target_worker": make_engine_step(target_worker=True),
-             "engine_bfloat16_target_worker": make_engine_step(torch.bfloat16, target_worker=True),
+             "engine_worker_thread": make_engine_step(worker_thread=True),
+             "engine_bfloat16_worker_thread": make_engine_step(torch.bfloat16, worker_thread=True),
              "sb3_style": make_sb3_style_step()}
     med = interleaved(steps, reps, n, 1e3)
     layer = interleaved({"baddbmm": make_output_layer("baddbmm"), "multiply_sum": make_output_layer("sum")},
@@ -201,10 +202,10 @@ def main() -> None:
         "native_bfloat16": native_bfloat16(),
         "engine_bfloat16_ms_per_update": round(med["engine_bfloat16"], 3),
         "ratio_bfloat16_over_float32": round(med["engine_bfloat16"] / med["engine"], 3),
-        "engine_target_worker_ms_per_update": round(med["engine_target_worker"], 3),
-        "engine_bfloat16_target_worker_ms_per_update": round(med["engine_bfloat16_target_worker"], 3),
-        "ratio_target_worker_float32": round(med["engine_target_worker"] / med["engine"], 3),
-        "ratio_target_worker_bfloat16": round(med["engine_bfloat16_target_worker"] / med["engine_bfloat16"], 3),
+        "engine_worker_thread_ms_per_update": round(med["engine_worker_thread"], 3),
+        "engine_bfloat16_worker_thread_ms_per_update": round(med["engine_bfloat16_worker_thread"], 3),
+        "ratio_worker_thread_float32": round(med["engine_worker_thread"] / med["engine"], 3),
+        "ratio_worker_thread_bfloat16": round(med["engine_bfloat16_worker_thread"] / med["engine_bfloat16"], 3),
         "output_layer_us": {k: round(v, 1) for k, v in layer.items()},
         "ratio_multiply_sum_over_baddbmm": round(layer["multiply_sum"] / layer["baddbmm"], 3),
         "recipe_ms_per_frame": round(recipe_ms_per_frame(300 if args.quick else 1100), 3),

@@ -268,19 +268,19 @@ def test_trainer_with_three_optimizers_and_soft_target_updates():
         assert all(not torch.equal(p, before[name][k]) for k, p in module.named_parameters()), name
 
 
-def _mlp_sac(target_worker, *, seed=0):
+def _mlp_sac(worker_thread, *, seed=0):
     torch.manual_seed(seed)
     actor = TanhGaussianActor.build(3, gym.spaces.Box(-2.0, 2.0, (1,)), hidden=(32, 32))
-    return SACLoss(actor, QEnsemble(3, 1, (32, 32)), target_worker=target_worker)
+    return SACLoss(actor, QEnsemble(3, 1, (32, 32)), worker_thread=worker_thread)
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_target_worker_gives_bitwise_the_same_losses_gradients_and_draws(precision):
+def test_worker_thread_gives_bitwise_the_same_losses_gradients_and_draws(precision):
     from engine_rl.precision import AutocastLoss
 
     results = []
-    for target_worker in (False, True):
-        loss = _mlp_sac(target_worker)
+    for worker_thread in (False, True):
+        loss = _mlp_sac(worker_thread)
         loss_fn = loss if precision == "float32" else AutocastLoss(loss, torch.bfloat16)
         sample = _sample(n=16)
         torch.manual_seed(123)
@@ -296,7 +296,7 @@ def test_target_worker_gives_bitwise_the_same_losses_gradients_and_draws(precisi
     assert torch.equal(after0, after1)  # the global generator is left in the same state
 
 
-def test_target_worker_runs_the_target_critics_on_another_thread():
+def test_worker_thread_runs_the_target_critics_on_another_thread():
     import threading
 
     loss = _mlp_sac(True)
@@ -313,7 +313,7 @@ def test_target_worker_runs_the_target_critics_on_another_thread():
     assert target_thread != threading.current_thread().name and target_thread.startswith("engine_rl-loss-worker")
 
 
-def test_target_worker_error_surfaces_in_the_caller_after_the_worker_is_done():
+def test_worker_thread_error_surfaces_in_the_caller_after_the_worker_is_done():
     loss = _mlp_sac(True)
 
     def fail(module, args, output):
@@ -338,3 +338,42 @@ def test_draw_noise_matches_sample_draws():
     a1, lp1 = actor.sample(obs, actor.draw_noise(obs))
     assert torch.equal(a0, a1) and torch.equal(lp0, lp1)
     assert actor.draw_noise(obs).shape == (5, 1)
+
+
+def test_worker_thread_backpropagates_the_critics_on_the_worker_and_the_actor_here():
+    import threading
+
+    loss = _mlp_sac(True)
+    seen = {}
+    for name, module in (("critic", loss.critic), ("actor", loss.actor)):
+        for p in module.parameters():
+            p.register_hook(lambda grad, name=name: seen.setdefault(name, set()).add(threading.current_thread().name))
+    out = loss(_sample(n=8))
+    (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+    (critic_thread,) = seen["critic"]
+    assert critic_thread.startswith("engine_rl-loss-worker")
+    assert seen["actor"] == {threading.current_thread().name}
+
+
+def test_worker_thread_losses_back_propagated_one_at_a_time_give_the_same_gradients():
+    grads = []
+    for worker_thread in (False, True):
+        loss = _mlp_sac(worker_thread)
+        torch.manual_seed(3)
+        out = loss(_sample(n=8))
+        out["loss_qvalue"].backward()
+        critic_only = [p.grad.clone() for p in loss.critic.parameters()]
+        assert all(p.grad is None for p in loss.actor.parameters())
+        out["loss_actor"].backward()
+        grads.append(critic_only + [p.grad.clone() for p in loss.actor.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_parallel_backward_leaves_losses_without_gradients_alone():
+    from engine_rl.algos.worker import parallel_backward
+
+    a, b = torch.ones(()), torch.ones((), requires_grad=True) * 2
+    assert parallel_backward(a, b) == (a, b)
+    with torch.no_grad():
+        x, y = torch.ones((), requires_grad=True), torch.ones((), requires_grad=True)
+        assert parallel_backward(x * 2, y * 3)[0].grad_fn is None

@@ -164,16 +164,16 @@ def test_missing_key_and_bad_arguments_name_them():
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_target_worker_gives_bitwise_the_same_losses_and_gradients(precision):
+def test_worker_thread_gives_bitwise_the_same_losses_and_gradients(precision):
     import threading
 
     from engine_rl.precision import AutocastLoss
 
     runs = []
-    for target_worker in (False, True):
+    for worker_thread in (False, True):
         torch.manual_seed(0)
         actor = TanhActor.build(3, BOX, hidden=(32, 32))
-        loss = TD3Loss(actor, QEnsemble(3, 1, (32, 32)), target_worker=target_worker)
+        loss = TD3Loss(actor, QEnsemble(3, 1, (32, 32)), worker_thread=worker_thread)
         threads = set()
         loss.target_critic.register_forward_hook(lambda m, a, o: threads.add(threading.current_thread().name))
         loss_fn = loss if precision == "float32" else AutocastLoss(loss, torch.bfloat16)
