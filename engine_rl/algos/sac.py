@@ -15,7 +15,9 @@ parameter set its own optimizer:
   ``-action_dim``) and shrinks above it.
 
 All three use the same ``alpha = exp(log_alpha)`` (detached), read before the step, as
-Stable-Baselines3 does.
+Stable-Baselines3 does. Only ``terminated`` stops bootstrapping: a time-limit truncation
+bootstraps from the true final observation. The target critics are a plain module that
+:class:`handlers.TargetNetUpdater` Polyak-averages on ``RLEvents.OPTIM_STEP_DONE``.
 
 Two threads (``worker_thread=True``, :mod:`engine_rl.algos.worker`): the TD target (the actor's
 draw at ``s'`` and the target critics' values, no gradients) is computed on a worker thread
@@ -23,9 +25,7 @@ while the calling thread runs the critics and the actor on the sample; in the ba
 critics' loss is back-propagated on the worker while the calling thread back-propagates the
 actor's (their graphs share no parameter: the actor's loss sees the critics' parameters
 detached). The same ops on the same inputs with the same random draws: the same losses and
-gradients, bit for bit. Only ``terminated`` stops bootstrapping: a time-limit truncation
-bootstraps from the true final observation. The target critics are a plain module that
-:class:`handlers.TargetNetUpdater` Polyak-averages on ``RLEvents.OPTIM_STEP_DONE``.
+gradients, bit for bit.
 """
 
 from __future__ import annotations
