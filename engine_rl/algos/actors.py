@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from tensordict import TensorDictBase
 from torch import nn
 
-from engine_rl.algos.networks import mlp
+from engine_rl.algos.networks import mlp, output_dtype
 from engine_rl.exploration import SeededPolicyWrapper
 
 __all__ = ["DeterministicActor", "RandomWarmup", "TanhGaussianActor", "box_bounds"]
@@ -183,9 +183,7 @@ class TanhGaussianActor(nn.Module):
         or without autocast), ``sample(obs, draw_noise(obs))`` is ``sample(obs)`` with the
         generator left in the same state.
         """
-        params = list(self.net.parameters())
-        dtype = params[-1].dtype if params else torch.get_default_dtype()
-        return torch.randn(*obs.shape[:-1], self.action_dim, dtype=dtype, device=obs.device)
+        return torch.randn(*obs.shape[:-1], self.action_dim, dtype=output_dtype(self.net), device=obs.device)
 
     def log_prob(self, obs: torch.Tensor, unit_action: torch.Tensor) -> torch.Tensor:
         """``log p(a | obs)`` of squashed actions ``a`` in ``(-1, 1)`` (clamped just inside)."""

@@ -38,7 +38,7 @@ from torch import nn
 from engine_rl.algos import worker
 from engine_rl.algos.actors import box_bounds
 from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression_of, read_transition
-from engine_rl.algos.networks import mlp
+from engine_rl.algos.networks import mlp, output_dtype
 from engine_rl.exploration import SeededPolicyWrapper
 
 __all__ = ["GaussianNoise", "TanhActor", "TD3Loss"]
@@ -253,10 +253,8 @@ class TD3Loss(nn.Module):
             # the smoothing draws here, in the dtype of the target actor's output layer (what
             # randn_like gives on one thread for an mlp() actor), then the target pass beside
             # the sample's passes
-            params = list(self.target_actor.net.parameters())
-            dtype = params[-1].dtype if params else torch.get_default_dtype()
-            draws = torch.randn(*next_obs.shape[:-1], self.target_actor.action_dim, dtype=dtype,
-                                device=next_obs.device)
+            draws = torch.randn(*next_obs.shape[:-1], self.target_actor.action_dim,
+                                dtype=output_dtype(self.target_actor.net), device=next_obs.device)
             future = worker.submit(self._td_target_in, worker.autocast_state(next_obs.device.type),
                                    next_obs, reward, not_terminated, draws)
             (q_values, q_pi), target = worker.result_after(future, lambda: self._sample_terms(obs, action, actor_step))
