@@ -99,13 +99,8 @@ def test_target_worker_trains_the_same_network_as_the_learners_thread():
 
 @pytest.mark.parametrize("threads, setting, background", [(1, None, True), (2, None, False), (2, True, True),
                                                          (1, False, False)])
-def test_target_worker_defaults_on_with_one_torch_thread_only(threads, setting, background):
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        setup = get_recipe("dqn-cartpole").build(make_config("dqn-cartpole", {"target_worker": setting}))
-    finally:
-        torch.set_num_threads(before)
+def test_target_worker_defaults_on_with_one_torch_thread_only(threads, setting, background, build_with_threads):
+    setup = build_with_threads("dqn-cartpole", {"target_worker": setting}, threads)
     (sampler,) = [f for f, *_ in setup.trainer._event_handlers[RLEvents.SAMPLE_REQUESTED]
                   if isinstance(f, ReplaySampler)]
     setup.close()

@@ -133,13 +133,8 @@ def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, precision):
 
 
 @pytest.mark.parametrize("threads,setting,on", [(1, None, True), (2, None, False), (2, True, True), (1, False, False)])
-def test_worker_thread_defaults_on_with_one_torch_thread_only(threads, setting, on):
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        setup = get_recipe("sac-pendulum").build(make_config("sac-pendulum", {"worker_thread": setting}))
-    finally:
-        torch.set_num_threads(before)
+def test_worker_thread_defaults_on_with_one_torch_thread_only(threads, setting, on, build_with_threads):
+    setup = build_with_threads("sac-pendulum", {"worker_thread": setting}, threads)
     loss = setup.to_save["loss"]
     setup.close()
     assert loss.worker_thread is on
