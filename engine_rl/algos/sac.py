@@ -228,7 +228,7 @@ class SACLoss(nn.Module):
         with worker.in_autocast(autocast):
             return self._td_target(*args)
 
-    def _sample_terms(self, obs: torch.Tensor, action: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _sample_terms(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
         q_values = self.critic(obs, action)
         new_action, log_prob = self.actor.sample(obs)
         q_new = self.critic(obs, new_action, detach_params=True).amin(0)
@@ -244,10 +244,10 @@ class SACLoss(nn.Module):
             future = worker.submit(self._td_target_in, worker.autocast_state(next_obs.device.type),
                                    next_obs, reward, not_terminated, alpha, noise)
             (q_values, log_prob, q_new), target = worker.result_after(
-                future, lambda: self._sample_terms(obs, action, alpha))
+                future, lambda: self._sample_terms(obs, action))
         else:
             target = self._td_target(next_obs, reward, not_terminated, alpha, None)
-            q_values, log_prob, q_new = self._sample_terms(obs, action, alpha)
+            q_values, log_prob, q_new = self._sample_terms(obs, action)
 
         loss_qvalue = 0.5 * q_regression_of(q_values, target, sample)
         loss_actor = (alpha * log_prob - q_new).mean()
