@@ -211,6 +211,8 @@ class RLTrainer(Engine):
             sample = state.sample = sample.to(self.device, non_blocking=True)
         if not self._loss_keys_checked:
             self._check_loss_keys(sample)
+        for opt in self.optimizers:  # before the loss: one that writes gradients itself adds to none
+            opt.zero_grad(set_to_none=True)
         try:
             losses = self.loss_module(sample)
         except KeyError as err:
@@ -229,10 +231,16 @@ class RLTrainer(Engine):
         total = next(values)
         for value in values:  # no `sum()`: its `0 + loss` would cost an extra op per step
             total = total + value
-        for opt in self.optimizers:
-            opt.zero_grad(set_to_none=True)
         state.losses = losses  # already this step's at BACKWARD_COMPLETED (NaN guards read it)
-        total.backward()
+        if total.requires_grad:
+            total.backward()  # adds to any gradient the loss wrote itself
+        elif not getattr(self.loss_module, "wrote_gradients", False):
+            raise RuntimeError(
+                f"{self._loss_name} (the trainer's loss) returned {list(loss_values)} without an autograd graph "
+                "(computed under torch.no_grad() or detached?) and did not write gradients itself; a loss "
+                "module that does (e.g. DQNLoss(write_gradients=True)) sets its attribute "
+                "wrote_gradients = True for that call"
+            )
         self._fire(RLEvents.BACKWARD_COMPLETED)
         for opt in self.optimizers:
             opt.step()
@@ -300,9 +308,13 @@ def create_trainer(
     Args:
         collector: any iterable of TensorDicts (e.g. :class:`engine_rl.collectors.GymCollector`).
         loss_module: callable TensorDict -> TensorDict (or mapping); entries whose key starts with
-            ``"loss"`` are summed and optimized. If it has ``in_keys``, the first sample is checked.
+            ``"loss"`` are summed and back-propagated. If it has ``in_keys``, the first sample is
+            checked. A loss module may compute its gradients itself (a hand-written backward,
+            e.g. ``DQNLoss(write_gradients=True)``): it adds them into its parameters' ``.grad``
+            during the call, returns losses without an autograd graph and sets its attribute
+            ``wrote_gradients = True`` for that call; the trainer then skips ``backward()``.
         optimizer: one optimizer, or a list/dict of them (e.g. actor and critic); all are
-            zeroed before backward and stepped after it.
+            zeroed before the loss is called and stepped after the backward.
         total_frames: stop after this many frames (None: run until ``max_epochs``/``max_iters``).
         learning_starts: frames to collect before the first optim step.
         num_epochs: optim epochs per batch.

@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from engine_rl.algos.dqn_fused import dqn_gradients, q_mlp_plan
+from engine_rl.algos.mlp_fused import mlp_forward, write_gradients
 from engine_rl.keys import require_keys
 
 __all__ = ["QValuePolicy", "DQNLoss", "TARGET_CHUNK_ROWS", "TARGET_VALUE_KEY", "TARGET_VERSION_KEY"]
@@ -76,6 +78,14 @@ class DQNLoss(nn.Module):
         gamma: discount factor in [0, 1].
         double: double DQN targets.
         loss: ``"huber"`` (smooth L1) or ``"mse"``.
+        write_gradients: compute the Q network's gradients during the call, with a backward
+            written by hand (:mod:`engine_rl.algos.dqn_fused`), and add them into its
+            parameters' ``.grad``, whenever the network qualifies (a plain ReLU/Tanh MLP, as
+            :func:`~engine_rl.algos.networks.mlp` builds it) and grad mode is on. The returned
+            loss then has no autograd graph and :attr:`wrote_gradients` is True, which tells
+            :func:`~engine_rl.create_trainer`'s trainer to skip ``backward()``; values and
+            gradients are bitwise autograd's. Otherwise, and with ``False``, autograd's path:
+            call ``backward()`` on the loss yourself.
 
     Examples:
         >>> import torch
@@ -95,6 +105,20 @@ class DQNLoss(nn.Module):
         >>> block = loss_fn.add_target_values(sample.exclude("td_error"))
         >>> block["next", "target_action_value"].shape, bool(loss_fn(block)["loss"] == out["loss"])
         (torch.Size([5, 2]), True)
+
+        With ``write_gradients=True`` the call itself leaves the gradients that ``backward()``
+        would:
+
+        >>> fused = DQNLoss(loss_fn.qnet, gamma=0.9, write_gradients=True)
+        >>> loss_fn.qnet.zero_grad(set_to_none=True)
+        >>> loss_fn(sample)["loss"].backward()
+        >>> expected = [p.grad.clone() for p in loss_fn.qnet.parameters()]
+        >>> loss_fn.qnet.zero_grad(set_to_none=True)
+        >>> out = fused(sample)
+        >>> fused.wrote_gradients, out["loss"].requires_grad
+        (True, False)
+        >>> all(torch.equal(p.grad, e) for p, e in zip(loss_fn.qnet.parameters(), expected))
+        True
     """
 
     in_keys = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
@@ -107,12 +131,15 @@ class DQNLoss(nn.Module):
         gamma: float = 0.99,
         double: bool = True,
         loss: str = "huber",
+        write_gradients: bool = False,
     ) -> None:
         super().__init__()
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"DQNLoss: gamma must be in [0, 1], got {gamma}")
         if loss not in ("huber", "mse"):
             raise ValueError(f"DQNLoss: loss must be 'huber' or 'mse', got {loss!r}")
+        if not isinstance(write_gradients, bool):
+            raise TypeError(f"DQNLoss: argument write_gradients must be a bool, got {write_gradients!r}")
         self.qnet = qnet
         if target_qnet is None:
             target_qnet = copy.deepcopy(qnet)
@@ -120,6 +147,9 @@ class DQNLoss(nn.Module):
         self.gamma = gamma
         self.double = double
         self.loss_kind = loss
+        self.write_gradients = write_gradients
+        self.wrote_gradients = False
+        """Whether the last call wrote the Q network's gradients itself (read by the trainer)."""
         self.precomputed_steps = 0
         """Optim steps whose target values came from :meth:`add_target_values` (a diagnostic)."""
         self._target_tensors: list[torch.Tensor] | None = None  # listed by add_target_values
@@ -186,13 +216,25 @@ class DQNLoss(nn.Module):
             require_keys(sample, self.in_keys, consumer="DQNLoss")  # raises, naming the missing keys
             raise
 
-        q_taken = self.qnet(obs).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        self.wrote_gradients = False
+        plan = q_mlp_plan(self.qnet, obs, action) if self.write_gradients else None
+        index = action.unsqueeze(-1)
+        if plan is None:
+            q_values = self.qnet(obs)
+            online = self.qnet
+        else:  # the same ops as the module's, without autograd: dqn_gradients is the backward
+            with torch.no_grad():
+                q_values, inputs = mlp_forward(obs, plan.params, plan.activations)
+
+            def online(x: torch.Tensor) -> torch.Tensor:
+                return mlp_forward(x, plan.params, plan.activations)[0]
+        q_taken = q_values.gather(-1, index).squeeze(-1)
         with torch.no_grad():
             # s' goes through the online net without autograd: backward then covers only the
             # batch's own rows (a forward of s and s' together would back-propagate both)
             q_next_target = self._target_values(sample, next_obs)
             if self.double:
-                next_action = self.qnet(next_obs).argmax(dim=-1, keepdim=True)
+                next_action = online(next_obs).argmax(dim=-1, keepdim=True)
                 next_value = q_next_target.gather(-1, next_action).squeeze(-1)
             else:
                 next_value = q_next_target.max(dim=-1).values
@@ -207,4 +249,10 @@ class DQNLoss(nn.Module):
             per_item = td_error.pow(2)
         weight = sample.get("weight", None)
         loss = (per_item * weight.reshape(per_item.shape)).mean() if weight is not None else per_item.mean()
+        if plan is not None:
+            with torch.no_grad():
+                grads = dqn_gradients(plan, inputs, q_values, index, q_taken, td_target, weight=weight,
+                                      loss=self.loss_kind)
+            write_gradients(plan.params, grads)
+            self.wrote_gradients = True
         return TensorDict({"loss": loss}, batch_size=[])

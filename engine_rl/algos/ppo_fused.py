@@ -38,15 +38,13 @@ from typing import Any
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
-from torch.nn.modules import module as _module_globals
 
+from engine_rl.algos.mlp_fused import const as _const
+from engine_rl.algos.mlp_fused import global_module_hooks, mlp_backward, mlp_forward, plain_mlp
 from engine_rl.algos.policies import ActorCritic, CategoricalActorCritic
-from engine_rl.precision import OutputLinear
 
 __all__ = ["MLPPlan", "categorical_mlp_plan", "fused_ppo_terms"]
 
-_LINEARS = (nn.Linear, OutputLinear)
-_ACTIVATIONS = {nn.Tanh: "tanh", nn.ReLU: "relu"}
 _aten = torch.ops.aten
 
 
@@ -62,34 +60,6 @@ class MLPPlan:
     """The critic's linear layers, input to output (the last has one output)."""
     critic_activations: tuple[str, ...]
     """``'tanh'`` or ``'relu'`` after each critic layer but the last."""
-
-
-def _no_hooks(module: nn.Module) -> bool:
-    return not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or getattr(module, "_backward_pre_hooks", None))
-
-
-def _plain_mlp(net: nn.Module | None) -> tuple[tuple[nn.Linear, ...], tuple[str, ...]] | None:
-    """``(linears, activations)`` of an ``nn.Sequential`` of Linear, act, ..., Linear; else None."""
-    if type(net) is not nn.Sequential or not _no_hooks(net):
-        return None
-    modules = list(net)
-    if len(modules) % 2 != 1:
-        return None
-    linears, activations = [], []
-    for i, module in enumerate(modules):
-        if not _no_hooks(module):
-            return None
-        if i % 2 == 0:
-            if type(module) not in _LINEARS or module.bias is None or module.weight.dtype != torch.float32:
-                return None
-            linears.append(module)
-        else:
-            kind = _ACTIVATIONS.get(type(module))
-            if kind is None:
-                return None
-            activations.append(kind)
-    return tuple(linears), tuple(activations)
 
 
 def categorical_mlp_plan(
@@ -113,13 +83,12 @@ def categorical_mlp_plan(
             or action.shape != observation.shape[:1] or torch.is_autocast_enabled(observation.device.type)
             or any(t.shape != action.shape for t in per_item)):
         return None
-    if (_module_globals._global_forward_hooks or _module_globals._global_forward_pre_hooks
-            or _module_globals._global_backward_hooks or getattr(_module_globals, "_global_backward_pre_hooks", None)):
+    if global_module_hooks():
         return None
     normalizer = policy.obs_normalizer
     if normalizer is not None and any(p.requires_grad for p in normalizer.parameters()):
         return None
-    actor, critic = _plain_mlp(policy.actor), _plain_mlp(policy.critic)
+    actor, critic = plain_mlp(policy.actor), plain_mlp(policy.critic)
     if actor is None or critic is None or critic[0][-1].out_features != 1:
         return None
     return MLPPlan(actor=actor[0], actor_activations=actor[1], critic=critic[0], critic_activations=critic[1])
@@ -137,59 +106,6 @@ class _Spec:
     sigmoid_tanh: bool
 
 
-_constants: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
-
-
-def _const(value: float, like: torch.Tensor) -> torch.Tensor:
-    """``value`` as a cached 0-dim tensor of ``like``'s dtype and device (never written).
-
-    An op with a Python number wraps it in a tensor and casts that each call (``aten::to``,
-    ``copy_``): ``x.mul_(2.0)`` takes 5.5 µs here, ``x.mul_(two)`` 1.7 µs, with the same result.
-    """
-    key = (value, like.dtype, like.device)
-    tensor = _constants.get(key)
-    if tensor is None:
-        if len(_constants) > 256:  # scheduled coefficients bring new values: keep it bounded
-            _constants.clear()
-        tensor = _constants[key] = torch.tensor(value, dtype=like.dtype, device=like.device)
-    return tensor
-
-
-def _mlp_forward(x: torch.Tensor, params: tuple[torch.Tensor, ...], activations: tuple[str, ...],
-                 sigmoid_tanh: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Output and the input of every layer (``x`` and each activation's output)."""
-    inputs = [x]
-    h = x
-    for i in range(len(params) // 2):
-        weight, bias = params[2 * i], params[2 * i + 1]
-        if i == len(activations):
-            return torch.addmm(bias, h, weight.t()), inputs  # what F.linear runs for 2-D input
-        if activations[i] == "relu":
-            h = torch.relu(torch.addmm(bias, h, weight.t()))
-        elif sigmoid_tanh:  # tanh(z) = 2 * sigmoid(2z) - 1, with 2z from the product itself
-            z2 = torch.addmm(bias, h, weight.t(), beta=2.0, alpha=2.0)
-            h = torch.sigmoid(z2).mul_(_const(2.0, z2)).sub_(_const(1.0, z2))
-        else:
-            h = torch.tanh(torch.addmm(bias, h, weight.t()))
-        inputs.append(h)
-    raise AssertionError("unreachable: an MLP ends with a linear layer")
-
-
-def _mlp_backward(grad: torch.Tensor, inputs: list[torch.Tensor], params: tuple[torch.Tensor, ...],
-                  activations: tuple[str, ...]) -> list[torch.Tensor]:
-    """Gradients ``[W1, b1, W2, b2, ...]`` from the gradient of the output, as AddmmBackward runs them."""
-    grads: list[torch.Tensor] = []
-    for i in reversed(range(len(params) // 2)):
-        grads.append(grad.sum(0))  # bias
-        grads.append(grad.t().mm(inputs[i]))  # weight
-        if i > 0:
-            upstream = grad.mm(params[2 * i])
-            grad = (_aten.tanh_backward(upstream, inputs[i]) if activations[i - 1] == "tanh"
-                    else _aten.threshold_backward(upstream, inputs[i], 0))
-    grads.reverse()
-    return grads
-
-
 class _CategoricalPPO(torch.autograd.Function):
     """Losses ``(objective, critic, entropy)`` and diagnostics ``(approx_kl, clip_fraction, entropy)``."""
 
@@ -198,8 +114,8 @@ class _CategoricalPPO(torch.autograd.Function):
                 advantage: torch.Tensor, value_target: torch.Tensor, old_value: torch.Tensor | None,
                 *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
         actor_params, critic_params = params[: 2 * spec.actor_layers], params[2 * spec.actor_layers:]
-        logits, actor_inputs = _mlp_forward(obs, actor_params, spec.actor_activations, spec.sigmoid_tanh)
-        raw_value, critic_inputs = _mlp_forward(obs, critic_params, spec.critic_activations, spec.sigmoid_tanh)
+        logits, actor_inputs = mlp_forward(obs, actor_params, spec.actor_activations, spec.sigmoid_tanh)
+        raw_value, critic_inputs = mlp_forward(obs, critic_params, spec.critic_activations, spec.sigmoid_tanh)
         value = raw_value.squeeze(-1)
 
         # CategoricalActorCritic._log_prob_entropy
@@ -274,7 +190,7 @@ class _CategoricalPPO(torch.autograd.Function):
         actor_grads: list[torch.Tensor | None] = [None] * len(actor_params)
         if grad_log_p is not None:
             grad_logits = _aten._log_softmax_backward_data(grad_log_p, log_p, -1, log_p.dtype)
-            actor_grads = _mlp_backward(grad_logits, actor_inputs, actor_params, spec.actor_activations)
+            actor_grads = mlp_backward(grad_logits, actor_inputs, actor_params, spec.actor_activations)
 
         critic_grads: list[torch.Tensor | None] = [None] * len(critic_params)
         if g_critic is not None:
@@ -282,7 +198,7 @@ class _CategoricalPPO(torch.autograd.Function):
             g_diff = (g_critic * _const(spec.value_coef, diff)).expand(n) / n_t * (_const(2.0, diff) * diff)
             if value_in_range is not None:
                 g_diff = torch.where(value_in_range, g_diff, _const(0.0, diff))
-            critic_grads = _mlp_backward(g_diff.unsqueeze(-1), critic_inputs, critic_params, spec.critic_activations)
+            critic_grads = mlp_backward(g_diff.unsqueeze(-1), critic_inputs, critic_params, spec.critic_activations)
         return (None,) * 7 + tuple(actor_grads) + tuple(critic_grads)
 
 

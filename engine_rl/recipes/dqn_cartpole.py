@@ -103,6 +103,11 @@ class DQNConfig:
     more (``--threads 2``), where both threads' ops would split over the same cores and
     oversubscribe them (seed 0 without evaluations on this 2-core box: 97 and 100 s with the
     worker, 48 and 45 s without)."""
+    fused_loss: bool = True
+    """Compute the Q network's gradients in the loss with a hand-written backward, outside
+    autograd, when the network qualifies (the default MLP; ``engine_rl.algos.dqn_fused``,
+    ``DQNLoss(write_gradients=True)``): bitwise autograd's gradients, so the same training, in
+    less time (``tests/benchmarks/dqn_step.py``, ``README.md``); false gives autograd's path."""
     max_grad_norm: float = 10.0
     """Gradient clipping by global norm (<= 0 disables)."""
     prioritized: bool = False
@@ -177,7 +182,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     if not cfg.async_collection:
         collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
                                  info_keys=cfg.info_keys)
-    loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
+    loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double, write_gradients=cfg.fused_loss)
     optimizer = FastAdam(qnet.parameters(), lr=cfg.lr)  # the fused kernel, with a lean step()
 
     total_steps = cfg.num_batches * cfg.optim_steps_per_batch

@@ -4,7 +4,8 @@ Builds a recipe's trainer (``get_recipe(name).build(config)``: the recipe's own 
 of ``engine-rl train``'s logging or checkpoints), runs it with timers around each phase, and
 prints one JSON line:
 
-- ``loss_forward``: the loss module's call;
+- ``loss_forward``: the loss module's call (for a loss that computes its gradients itself,
+  ``DQNLoss(write_gradients=True)``, their computation too: it has no ``backward``);
 - ``backward``: ``Tensor.backward`` (timed through a wrapper installed for the run only);
 - ``optimizer_step``: every optimizer's ``step()``;
 - ``event:<name>``: the handlers of each of the engine's RL events (``SAMPLE_REQUESTED``: replay
@@ -63,9 +64,12 @@ def instrument(trainer: Any, timers: _Timers) -> contextlib.ExitStack:
         with timers.phase("loss_forward"):
             return loss_module(sample)
 
-    # the engine calls self.loss_module(sample) and reads in_keys from it
-    wrapper = type("TimedLoss", (), {"__call__": staticmethod(timed_loss),
-                                     "in_keys": getattr(loss_module, "in_keys", None)})()
+    # the engine calls self.loss_module(sample) and reads in_keys and wrote_gradients from it
+    wrapper = type("TimedLoss", (), {
+        "__call__": staticmethod(timed_loss),
+        "in_keys": getattr(loss_module, "in_keys", None),
+        "wrote_gradients": property(lambda _: getattr(loss_module, "wrote_gradients", False)),
+    })()
     trainer.loss_module = wrapper
 
     for opt in trainer.optimizers:

@@ -97,6 +97,32 @@ def test_target_worker_trains_the_same_network_as_the_learners_thread():
     assert all(torch.equal(nets[0][k], nets[1][k]) for k in nets[0])
 
 
+def test_fused_loss_trains_the_same_network_and_metrics_as_autograd(tmp_path):
+    runs = []
+    for fused in (True, False):
+        out = tmp_path / f"fused-{fused}"
+        assert main(["train", "dqn-cartpole", "--frames", "1536", "--seed", "1", "--out", str(out), "--no-progress",
+                     "--set", "learning_starts=512", "--set", "eval_every=2", "--set", "eval_episodes=2",
+                     "--set", f"fused_loss={str(fused).lower()}"]) == 0
+        lines = [{k: v for k, v in r.items() if k not in ("fps", "optim_steps_per_s", "time")}
+                 for r in _lines(out / "metrics.jsonl")]
+        runs.append((lines, torch.load(out / "policy.pt", weights_only=True)))
+    (fused_lines, fused_net), (autograd_lines, autograd_net) = runs
+    assert [r["loss"] for r in fused_lines if r["kind"] == "train" and "loss" in r]  # it trained
+    assert fused_lines == autograd_lines
+    assert all(torch.equal(fused_net[k], autograd_net[k]) for k in autograd_net)
+
+
+def test_recipe_loss_writes_its_gradients_by_default():
+    cfg = make_config("dqn-cartpole", {"total_frames": 768, "learning_starts": 512, "eval_every": 100,
+                                       "eval_episodes": 1})
+    setup = get_recipe("dqn-cartpole").build(cfg)
+    setup.trainer.run()
+    setup.close()
+    assert setup.trainer.loss_module.write_gradients and setup.trainer.loss_module.wrote_gradients
+    assert setup.trainer.state.optim_steps == 2 * 128  # batches 2 and 3 learn
+
+
 @pytest.mark.parametrize("threads, setting, background", [(1, None, True), (2, None, False), (2, True, True),
                                                          (1, False, False)])
 def test_target_worker_defaults_on_with_one_torch_thread_only(threads, setting, background, build_with_threads):
