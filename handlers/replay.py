@@ -146,8 +146,14 @@ class ReplaySampler:
             before it is split; it may add entries in place or return a new TensorDict.
         transform_rows: rows per ``transform`` call: the block is cut into chunks of this many
             rows (a multiple of ``batch_size``; ``None``: the whole block at once).
-        background: run ``transform`` on a worker thread (needs ``transform``). Its errors are
-            raised by the :meth:`sample` call that needs the chunk.
+        background: run ``transform`` on a worker thread (needs ``transform``), and split its
+            chunks into samples there too; the first chunk is one sample's rows, so the first step
+            of a block waits for those only. Its errors are raised by the :meth:`sample` call that
+            needs the chunk.
+        keys: the entries each drawn block keeps (``None``: all the buffer's), e.g. a loss's
+            ``in_keys`` and ``"index"``; fewer entries cost less to split and to hand out. A key
+            the buffer lacks is an error naming it. Handlers that read ``state.sample`` see
+            only these (and what ``transform`` and the loss add).
 
     Examples:
         >>> import torch
@@ -187,6 +193,7 @@ class ReplaySampler:
         transform: Callable[[TensorDictBase], TensorDictBase | None] | None = None,
         transform_rows: int | None = None,
         background: bool = False,
+        keys: Sequence[NestedKey] | None = None,
     ) -> None:
         self.buffer = _check_buffer(buffer, ["sample", "__len__"], "ReplaySampler")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -211,6 +218,9 @@ class ReplaySampler:
             )
         if background and transform is None:
             raise ValueError("ReplaySampler: background=True runs the transform on a worker thread; give a transform")
+        if keys is not None and (isinstance(keys, (str, tuple)) or not keys):
+            raise ValueError(f"ReplaySampler: argument keys must be a non-empty list of keys or None, got {keys!r}")
+        self.keys: list[NestedKey] | None = None if keys is None else list(keys)
         self.batch_size = batch_size
         self.prefetch = prefetch
         self.transform = transform
@@ -219,7 +229,7 @@ class ReplaySampler:
         self.blocks_drawn = 0
         """Number of ``buffer.sample`` calls so far (one per block of ``prefetch`` samples)."""
         self._queue: list[TensorDictBase] = []  # samples of the current chunk, popped from the end
-        self._chunks: deque[TensorDictBase | Future[TensorDictBase]] = deque()  # the block's later chunks
+        self._chunks: deque[TensorDictBase | Future[list[TensorDictBase]]] = deque()  # the block's later chunks
         self._block_batch: int | None = None  # trainer batch the queued rows were drawn in
         self._worker: ThreadPoolExecutor | None = None
 
@@ -230,18 +240,26 @@ class ReplaySampler:
                 self._chunks = deque(self._draw_block())
             chunk = self._chunks.popleft()
             if isinstance(chunk, Future):
-                chunk = chunk.result()  # waits for the worker; re-raises the transform's error
-            if self.prefetch == 1 or chunk.batch_size[0] == self.batch_size:
-                self._queue = [chunk]
-            else:  # popped from the end: first rows first
-                self._queue = list(chunk.split(self.batch_size))[::-1]
+                self._queue = chunk.result()  # waits for the worker; re-raises the transform's error
+            else:
+                self._queue = self._samples_of(chunk)
         return self._queue.pop()
+
+    def _samples_of(self, chunk: TensorDictBase) -> list[TensorDictBase]:
+        """The samples of a chunk, last first (popped from the end: first rows first)."""
+        if self.prefetch == 1 or chunk.batch_size[0] == self.batch_size:
+            return [chunk]
+        return list(chunk.split(self.batch_size))[::-1]
 
     def _transformed(self, chunk: TensorDictBase) -> TensorDictBase:
         returned = self.transform(chunk)
         return chunk if returned is None else returned
 
-    def _draw_block(self) -> list[TensorDictBase | Future[TensorDictBase]]:
+    def _prepared(self, chunk: TensorDictBase) -> list[TensorDictBase]:
+        """On the worker: the transformed chunk already split into samples."""
+        return self._samples_of(self._transformed(chunk))
+
+    def _draw_block(self) -> list[TensorDictBase | Future[list[TensorDictBase]]]:
         if len(self.buffer) == 0:
             raise ValueError(
                 "ReplaySampler: the replay buffer is empty, nothing to sample; collect frames first, "
@@ -250,14 +268,23 @@ class ReplaySampler:
             )
         block = self.buffer.sample(self.batch_size * self.prefetch)
         self.blocks_drawn += 1
+        if self.keys is not None:
+            try:
+                block = block.select(*self.keys)
+            except KeyError:
+                require_keys(block, self.keys, consumer="ReplaySampler (argument keys)")
+                raise
         if self.transform is None:
             return [block]
-        chunks = [block] if self.transform_rows is None else list(block.split(self.transform_rows))
         if not self.background:
+            chunks = [block] if self.transform_rows is None else list(block.split(self.transform_rows))
             return [self._transformed(chunk) for chunk in chunks]
+        # on the worker: the first sample's rows alone, so the first step waits for them only
+        first, rest = block[: self.batch_size], block[self.batch_size:]
+        chunks = [first] if rest.batch_size[0] == 0 else [first, *rest.split(self.transform_rows or rest.batch_size[0])]
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ReplaySampler")
-        return [self._worker.submit(self._transformed, chunk) for chunk in chunks]
+        return [self._worker.submit(self._prepared, chunk) for chunk in chunks]
 
     def _drop_block(self) -> None:
         """Forget the rows drawn ahead; let the worker finish the chunk it is on (if any)."""

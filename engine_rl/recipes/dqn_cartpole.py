@@ -223,6 +223,9 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         transform_rows=-(-TARGET_CHUNK_ROWS // cfg.batch_size) * cfg.batch_size if targets_ahead else None,
         background=targets_ahead and (cfg.target_worker if cfg.target_worker is not None
                                       else torch.get_num_threads() == 1),
+        # what the loss and the priority updates read: uniform weights (all ones) are left out,
+        # so the loss skips multiplying by them (the same values)
+        keys=[*loss.in_keys, "index", *(["weight"] if cfg.prioritized else [])],
     )
     replay_sampler.attach(trainer)
     if cfg.prioritized:

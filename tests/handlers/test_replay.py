@@ -197,7 +197,8 @@ def test_transform_rows_cut_the_block_into_chunks_with_the_same_samples(backgrou
         a, b = plain.sample(), chunked.sample()
         assert b.batch_size == torch.Size([4])
         assert torch.equal(a["index"], b["index"]) and torch.equal(a["doubled"], b["doubled"])
-    assert [rows for _, rows in seen] == [8, 8, 8] * 2
+    # on the worker the first sample's rows come alone, so a block's first step waits for them only
+    assert [rows for _, rows in seen] == ([4, 8, 8, 4] if background else [8, 8, 8]) * 2
     threads = {name for name, _ in seen}
     if background:
         assert len(threads) == 1 and threads.pop().startswith("ReplaySampler")
@@ -216,13 +217,13 @@ def test_background_transform_errors_surface_in_the_sample_that_needs_the_chunk(
             raise RuntimeError("target network exploded")
         return chunk
 
-    sampler = ReplaySampler(_filled_buffer(), batch_size=2, prefetch=4, transform=fails_on_second_chunk,
+    sampler = ReplaySampler(_filled_buffer(), batch_size=2, prefetch=5, transform=fails_on_second_chunk,
                             transform_rows=4, background=True)
-    assert sampler.sample().batch_size == torch.Size([2])
-    assert sampler.sample().batch_size == torch.Size([2])
+    assert sampler.sample().batch_size == torch.Size([2])  # the first chunk: one sample's rows
     with pytest.raises(RuntimeError, match="target network exploded"):
-        sampler.sample()
+        sampler.sample()  # the second chunk's first sample
     sampler.close()
+    assert calls[:2] == [2, 4]
 
 
 def test_background_chunks_still_running_are_awaited_when_a_new_batch_arrives():
@@ -386,3 +387,23 @@ def test_end_to_end_with_gym_collector():
     assert len(buffer) == 160 == trainer.state.metrics["replay_size"]
     assert trainer.state.optim_steps == 4  # batches 2..5 (learning starts at 64 frames)
     assert buffer.sampler.max_priority >= 1.0
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_keys_select_the_entries_of_every_sample(prefetch):
+    buffer = _filled_buffer()
+    full = ReplaySampler(buffer, batch_size=4, prefetch=prefetch).sample()
+    assert len(set(full.keys())) > 2
+    buffer = _filled_buffer()
+    sampler = ReplaySampler(buffer, batch_size=4, prefetch=prefetch, keys=["index", "observation"])
+    sample = sampler.sample()
+    assert sorted(sample.keys()) == ["index", "observation"]
+    assert torch.equal(sample["index"], full["index"]) and torch.equal(sample["observation"], full["observation"])
+
+
+def test_keys_missing_from_the_buffer_and_bad_keys_are_errors():
+    sampler = ReplaySampler(_filled_buffer(), batch_size=4, keys=["index", ("next", "nope")])
+    with pytest.raises(KeyError, match=r"ReplaySampler \(argument keys\) needs key\(s\) \['next.nope'\]"):
+        sampler.sample()
+    with pytest.raises(ValueError, match="ReplaySampler: argument keys must be a non-empty list of keys or None"):
+        ReplaySampler(_filled_buffer(), batch_size=4, keys="index")
