@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from engine_rl.algos.mlp_fused import global_module_hooks, mlp_backward, plain_mlp
+from engine_rl.algos.mlp_fused import global_module_hooks, mlp_backward, mlp_params, plain_mlp
 
 __all__ = ["QPlan", "q_mlp_plan", "dqn_gradients"]
 
@@ -67,7 +67,7 @@ def q_mlp_plan(qnet: nn.Module, observation: torch.Tensor, action: torch.Tensor)
     if layers is None:
         return None
     linears, activations = layers
-    params = tuple(t for layer in linears for t in (layer.weight, layer.bias))
+    params = mlp_params(linears)
     if not all(p.requires_grad for p in params):
         return None
     return QPlan(params=params, activations=activations)

@@ -6,8 +6,8 @@ with biases and ``nn.Tanh``/``nn.ReLU`` between them) as the ops autograd would 
 autograd's order, so their values and gradients are bitwise autograd's:
 
 - :func:`plain_mlp` recognises such a network (no hooks, float32) and lists its layers;
-- :func:`mlp_forward` is ``F.linear`` (``addmm``) and the activation per layer, keeping the
-  input of every layer for the backward;
+- :func:`mlp_forward` is ``F.linear`` (``addmm`` for 2-D input) and the activation per layer,
+  keeping the input of every layer for the backward;
 - :func:`mlp_backward` is ``AddmmBackward``'s ``grad.t().mm(input)`` for weights, ``sum(0)`` for
   biases, ``grad.mm(weight)`` and ``tanh_backward``/``threshold_backward`` for the layers below;
 - :func:`write_gradients` adds gradients into ``.grad`` as ``backward()`` would.
@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules import module as _module_globals
 
@@ -28,6 +29,7 @@ __all__ = [
     "global_module_hooks",
     "mlp_backward",
     "mlp_forward",
+    "mlp_params",
     "no_module_hooks",
     "plain_mlp",
     "write_gradients",
@@ -66,7 +68,7 @@ def plain_mlp(net: nn.Module | None) -> tuple[tuple[nn.Linear, ...], tuple[str, 
     """
     if type(net) is not nn.Sequential or not no_module_hooks(net):
         return None
-    modules = list(net)
+    modules = tuple(net._modules.values())
     if len(modules) % 2 != 1:
         return None
     linears, activations = [], []
@@ -74,7 +76,10 @@ def plain_mlp(net: nn.Module | None) -> tuple[tuple[nn.Linear, ...], tuple[str, 
         if not no_module_hooks(module):
             return None
         if i % 2 == 0:
-            if type(module) not in _LINEARS or module.bias is None or module.weight.dtype != torch.float32:
+            if type(module) not in _LINEARS:
+                return None
+            params = module._parameters  # (a dict read: Module.__getattr__ is the slow path)
+            if params["bias"] is None or params["weight"].dtype != torch.float32:
                 return None
             linears.append(module)
         else:
@@ -83,6 +88,11 @@ def plain_mlp(net: nn.Module | None) -> tuple[tuple[nn.Linear, ...], tuple[str, 
                 return None
             activations.append(kind)
     return tuple(linears), tuple(activations)
+
+
+def mlp_params(linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, ...]:
+    """``(W1, b1, W2, b2, ...)`` of :func:`plain_mlp`'s layers."""
+    return tuple(t for layer in linears for t in (layer._parameters["weight"], layer._parameters["bias"]))
 
 
 _constants: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
@@ -115,14 +125,14 @@ def mlp_forward(x: torch.Tensor, params: Sequence[torch.Tensor], activations: Se
     for i in range(len(params) // 2):
         weight, bias = params[2 * i], params[2 * i + 1]
         if i == len(activations):
-            return torch.addmm(bias, h, weight.t()), inputs  # what F.linear runs for 2-D input
+            return F.linear(h, weight, bias), inputs  # addmm(bias, h, weight.t()) for 2-D input, in one call
         if activations[i] == "relu":
-            h = torch.relu(torch.addmm(bias, h, weight.t()))
+            h = torch.relu(F.linear(h, weight, bias))
         elif sigmoid_tanh:  # tanh(z) = 2 * sigmoid(2z) - 1, with 2z from the product itself
             z2 = torch.addmm(bias, h, weight.t(), beta=2.0, alpha=2.0)
             h = torch.sigmoid(z2).mul_(const(2.0, z2)).sub_(const(1.0, z2))
         else:
-            h = torch.tanh(torch.addmm(bias, h, weight.t()))
+            h = torch.tanh(F.linear(h, weight, bias))
         inputs.append(h)
     raise AssertionError("unreachable: an MLP ends with a linear layer")
 

@@ -40,7 +40,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from engine_rl.algos.mlp_fused import const as _const
-from engine_rl.algos.mlp_fused import global_module_hooks, mlp_backward, mlp_forward, plain_mlp
+from engine_rl.algos.mlp_fused import global_module_hooks, mlp_backward, mlp_forward, mlp_params, plain_mlp
 from engine_rl.algos.policies import ActorCritic, CategoricalActorCritic
 
 __all__ = ["MLPPlan", "categorical_mlp_plan", "fused_ppo_terms"]
@@ -233,7 +233,7 @@ def fused_ppo_terms(
         value_clip=None if value_clip is None else float(value_clip), value_coef=float(value_coef),
         entropy_coef=float(entropy_coef), sigmoid_tanh=bool(sigmoid_tanh),
     )
-    params = [t for layer in (*plan.actor, *plan.critic) for t in (layer.weight, layer.bias)]
+    params = list(mlp_params((*plan.actor, *plan.critic)))
     loss_objective, loss_critic, loss_entropy, approx_kl, clip_fraction, entropy = _CategoricalPPO.apply(
         spec, observation, action, old_log_prob, advantage, value_target,
         old_value if value_clip is not None else None, *params,
