@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "grad_norm"]
 
 Parameters = torch.Tensor | Iterable[torch.Tensor]
+
+# numpy scalars round as torch's CPU ops do in these dtypes (a few host ops instead of four tensor ops)
+_HOST_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 def _check_positive(name: str, value: float, consumer: str) -> float:
@@ -90,9 +94,11 @@ def clip_grad_norm_(
         parameters: a tensor or an iterable of tensors with ``.grad``.
         max_norm: the largest allowed total norm (> 0).
         norm_type: the p of the p-norm; ``math.inf`` for the max-norm.
-        skip_unclipped: read the factor on the host (one sync) and skip the multiplication when
-            it is 1 (the norm is within ``max_norm``). The gradients are bitwise the same either
-            way; on CPU, where the read is free, it saves a pass over every gradient.
+        skip_unclipped: read the norm on the host (one sync), compute the factor there (float32
+            and float64 gradients; in their precision, so it is the same number) and skip the
+            multiplication when it is 1 (the norm is within ``max_norm``). The gradients are
+            bitwise the same either way; on CPU, where the read is free, it saves a pass over
+            every gradient and the factor's four small tensor ops.
 
     Returns:
         The total norm *before* clipping, a 0-dim tensor.
@@ -110,7 +116,16 @@ def clip_grad_norm_(
     norm_type = _check_norm_type(norm_type, "clip_grad_norm_")
     groups = _grads_by_device(parameters)
     total = _total_norm(groups, norm_type)
-    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    host = _HOST_FLOATS.get(total.dtype) if skip_unclipped else None
+    if host is not None:
+        # the factor on the host, rounded as the tensor ops below round it: (1 / (norm + 1e-6)) * max_norm
+        factor = host(1.0) / (host(total.item()) + host(1e-6)) * host(max_norm)
+        if factor >= 1.0:
+            return total
+        for grads in groups.values():
+            torch._foreach_mul_(grads, float(factor))
+        return total
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)  # `max_norm / t` is t.reciprocal() * max_norm
     if skip_unclipped and coef.item() == 1.0:
         return total
     for device, grads in groups.items():

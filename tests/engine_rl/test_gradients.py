@@ -7,11 +7,11 @@ from torch import nn
 from engine_rl.gradients import clip_grad_norm_, clip_grad_value_, grad_norm
 
 
-def _params_with_grads(scale=10.0, seed=0):
+def _params_with_grads(scale=10.0, seed=0, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    net = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 3))
+    net = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 3)).to(dtype)
     for p in net.parameters():
-        p.grad = torch.randn(p.shape, generator=g) * scale
+        p.grad = (torch.randn(p.shape, generator=g) * scale).to(dtype)
     return list(net.parameters())
 
 
@@ -63,6 +63,22 @@ def test_clip_grad_norm_skip_unclipped_gives_bitwise_the_same_gradients(max_norm
     assert torch.equal(_flat_grads(plain), _flat_grads(skipping))
     if max_norm == 1.0:  # this case clips
         assert torch.linalg.vector_norm(_flat_grads(skipping)) <= 1.0 + 1e-5
+
+
+@pytest.mark.parametrize("dtype, step", [(torch.float32, 1e-7), (torch.float64, 1e-16), (torch.bfloat16, 2e-3)])
+def test_clip_grad_norm_skip_unclipped_is_bitwise_at_the_clipping_boundary(dtype, step):
+    # max_norm a few ulps either side of norm + 1e-6: the host's factor must round as the tensor ops'
+    boundary = grad_norm(_params_with_grads(seed=7, dtype=dtype)).item() + 1e-6
+    clipped = 0
+    for k in range(-40, 41):
+        max_norm = boundary * (1 + k * step)
+        plain, skipping = _params_with_grads(seed=7, dtype=dtype), _params_with_grads(seed=7, dtype=dtype)
+        n_plain = clip_grad_norm_(plain, max_norm)
+        n_skip = clip_grad_norm_(skipping, max_norm, skip_unclipped=True)
+        assert torch.equal(n_plain, n_skip)
+        assert torch.equal(_flat_grads(plain), _flat_grads(skipping)), (dtype, k)
+        clipped += not torch.equal(_flat_grads(plain), _flat_grads(_params_with_grads(seed=7, dtype=dtype)))
+    assert 0 < clipped < 81  # both sides of the boundary are exercised
 
 
 def test_clip_grad_norm_agrees_with_torch():
