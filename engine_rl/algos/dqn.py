@@ -200,7 +200,8 @@ class DQNLoss(nn.Module):
     def _target_values(self, sample: TensorDictBase, next_obs: torch.Tensor) -> torch.Tensor:
         values = sample.get(TARGET_VALUE_KEY, None)
         stamp = sample.get(TARGET_VERSION_KEY, None)
-        if values is not None and stamp is not None and int(stamp.reshape(-1)[0]) == self.target_version():
+        if values is not None and stamp is not None and int(stamp[0] if stamp.ndim == 1 else stamp.reshape(-1)[0]) \
+                == self.target_version():
             self.precomputed_steps += 1
             return values
         return self.target_qnet(next_obs)
@@ -209,12 +210,25 @@ class DQNLoss(nn.Module):
         try:
             obs = sample["observation"]
             next_obs = sample["next", "observation"]
-            action = sample["action"].long()
-            reward = sample["next", "reward"].reshape(action.shape).float()
-            not_terminated = (~sample["next", "terminated"].reshape(action.shape)).float()
+            action = sample["action"]
+            reward = sample["next", "reward"]
+            terminated = sample["next", "terminated"]
         except KeyError:
             require_keys(sample, self.in_keys, consumer="DQNLoss")  # raises, naming the missing keys
             raise
+        # (each conversion only where needed: a no-op call still costs a dispatch, every step)
+        if action.dtype != torch.int64:
+            action = action.long()
+        if reward.shape != action.shape:
+            reward = reward.reshape(action.shape)
+        if reward.dtype != torch.float32:
+            reward = reward.float()
+        if terminated.shape != action.shape:
+            terminated = terminated.reshape(action.shape)
+        if terminated.dtype != torch.bool:  # e.g. 0/1 floats from a custom env
+            terminated = terminated != 0
+        # gamma where the episode goes on, 0 where it terminated (gamma * (1 - terminated), in one op)
+        discount = torch.where(terminated, 0.0, self.gamma)
 
         self.wrote_gradients = False
         plan = q_mlp_plan(self.qnet, obs, action) if self.write_gradients else None
@@ -239,7 +253,7 @@ class DQNLoss(nn.Module):
             else:
                 next_value = q_next_target.max(dim=-1).values
             # TD target: r + gamma * Q_target(s', a*) unless the episode terminated
-            td_target = reward + self.gamma * not_terminated * next_value
+            td_target = reward + discount * next_value
 
         td_error = q_taken - td_target
         sample.set("td_error", td_error.detach())

@@ -177,3 +177,14 @@ def test_greedy_policy_takes_argmax():
     policy = QValuePolicy(TableQ([[1.0, 2.0], [3.0, 0.5]]))
     td = policy(TensorDict({"observation": torch.tensor([[0.0], [1.0]])}, [2]))
     assert td["action"].tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_non_bool_terminated_flags_mean_the_same_as_bools(dtype):
+    online = TableQ([[1.0, 2.0], [3.0, 0.5], [0.0, 9.0]])
+    target = TableQ([[10.0, 20.0], [30.0, 40.0], [50.0, 60.0]])
+    loss_fn = DQNLoss(online, target, gamma=0.5, loss="mse")
+    as_bool, as_other = _sample(), _sample()
+    as_other["next", "terminated"] = as_bool["next", "terminated"].to(dtype)
+    assert torch.equal(loss_fn(as_other)["loss"], loss_fn(as_bool)["loss"])
+    torch.testing.assert_close(as_other["td_error"], torch.tensor([1.0 - 16.0, 0.5 - 2.0]))
