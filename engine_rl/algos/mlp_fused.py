@@ -155,8 +155,9 @@ def mlp_backward(grad: torch.Tensor, inputs: Sequence[torch.Tensor], params: Seq
     return grads
 
 
-def write_gradients(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> None:
-    """Add ``grads`` into ``params``' ``.grad`` as ``backward()`` would (set where it is None).
+def write_gradients(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:
+    """Add ``grads`` into ``params``' ``.grad`` as ``backward()`` would (set where it is None;
+    a ``None`` gradient leaves its parameter alone).
 
     Examples:
         >>> w = torch.zeros(2, requires_grad=True)
@@ -166,6 +167,8 @@ def write_gradients(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor
         tensor([2., 2.])
     """
     for param, grad in zip(params, grads):
+        if grad is None:
+            continue
         if param.grad is None:
             param.grad = grad
         else:

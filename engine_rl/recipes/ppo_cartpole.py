@@ -98,10 +98,11 @@ class PPOConfig:
     nan_guard: bool = True
     """Stop with an error at the first NaN/Inf in observations, rewards, losses or gradients."""
     fused_loss: bool = True
-    """Compute the loss and its gradients in one autograd node with a hand-written backward when
-    the policy qualifies (categorical actions, the default MLPs; ``engine_rl.algos.ppo_fused``),
-    with tanh as ``2 * sigmoid(2z) - 1`` on CPU. About 0.83x the optim step's time of autograd's
-    path (``tests/benchmarks/ppo_step.py``); false gives autograd's path and ``torch.tanh``."""
+    """Compute the loss and its gradients with a hand-written backward when the policy qualifies
+    (categorical actions, the default MLPs; ``engine_rl.algos.ppo_fused``), with tanh as
+    ``2 * sigmoid(2z) - 1`` on CPU, and run that backward in the loss call, outside autograd
+    (``PPOLoss(write_gradients=True)``: the same gradients). ``tests/benchmarks/ppo_step.py``
+    and ``README.md`` have the figures; false gives autograd's path and ``torch.tanh``."""
     eval_every: int = 40
     """Evaluate every this many batches (and at the end of the run)."""
     eval_episodes: int = 10
@@ -187,6 +188,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     loss = PPOLoss(
         policy, clip_epsilon=cfg.clip_epsilon, value_clip=cfg.value_clip, value_coef=cfg.value_coef,
         entropy_coef=cfg.entropy_coef, normalize_advantage=cfg.normalize_advantage, fused=cfg.fused_loss,
+        write_gradients=cfg.fused_loss,
     )
     # Adam's fused kernel for all parameters, with a lean step() (engine_rl.optim)
     optimizer = FastAdam(policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps)

@@ -133,3 +133,18 @@ def test_ppo_cartpole_solves_within_100k_frames(tmp_path):
     summary = train("ppo-cartpole", make_config("ppo-cartpole", {"seed": 0}), tmp_path, progress=False)
     assert summary["frames"] == 100_096  # 391 batches of 256
     assert summary["eval_return_mean"] >= 475, summary
+
+
+def test_writing_gradients_trains_the_same_network_as_back_propagating_the_node():
+    nets = []
+    for write in (True, False):
+        cfg = make_config("ppo-cartpole", {"total_frames": 1024, "eval_every": 100, "eval_episodes": 1})
+        setup = get_recipe("ppo-cartpole").build(cfg)
+        loss = setup.trainer.loss_module
+        assert loss.write_gradients  # the recipe's default
+        loss.write_gradients = write
+        setup.trainer.run()
+        setup.close()
+        assert loss.wrote_gradients is write
+        nets.append([p.detach() for p in setup.to_save["policy"].parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*nets))

@@ -160,3 +160,37 @@ def test_no_grad_evaluation_and_argument_errors():
         PPOLoss(policy, fused=1)
     with pytest.raises(TypeError, match="PPOLoss: argument sigmoid_tanh must be a bool or None, got 'cpu'"):
         PPOLoss(policy, sigmoid_tanh="cpu")
+
+
+@pytest.mark.parametrize("activation", [nn.Tanh, nn.ReLU])
+@pytest.mark.parametrize("value_clip", [None, 0.05])
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.05])
+def test_written_gradients_are_bitwise_the_nodes_backward(activation, value_clip, entropy_coef):
+    policy = _policy(activation, normalize=True)
+    batch = _batch(policy)
+    kwargs = dict(value_clip=value_clip, entropy_coef=entropy_coef)
+    ref, ref_grads = _losses_and_grads(policy, batch, **kwargs)  # the node, back-propagated by autograd
+    loss = PPOLoss(policy, clip_epsilon=0.2, write_gradients=True, **kwargs)
+    policy.zero_grad(set_to_none=True)
+    out = loss(batch.clone())
+    assert loss.wrote_gradients
+    assert sorted(out.keys()) == sorted(ref.keys())
+    for key in ref.keys():
+        assert torch.equal(out[key], ref[key]), key
+        assert not out[key].requires_grad, key
+    for p, r in zip(policy.parameters(), ref_grads):
+        assert torch.equal(p.grad, r)
+
+
+def test_write_gradients_falls_back_to_the_node_without_grad_mode_or_with_a_frozen_layer():
+    policy = _policy()
+    batch = _batch(policy)
+    loss = PPOLoss(policy, write_gradients=True)
+    with torch.no_grad():
+        out = loss(batch.clone())
+    assert not loss.wrote_gradients and all(p.grad is None for p in policy.parameters())
+    policy.critic[0].weight.requires_grad_(False)
+    out = loss(batch.clone())
+    assert not loss.wrote_gradients and out["loss_objective"].grad_fn.name() == "_CategoricalPPOBackward"
+    with pytest.raises(TypeError, match="PPOLoss: argument write_gradients must be a bool, got None"):
+        PPOLoss(policy, write_gradients=None)
