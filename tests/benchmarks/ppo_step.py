@@ -2,10 +2,11 @@
 
 The ppo-cartpole networks (two 4-64-64 tanh MLPs, orthogonal init) on one 256-row minibatch,
 one torch thread: loss, backward, gradient clipping (max norm 0.5) and a :class:`FastAdam`
-step, µs per step. Three variants: ``autograd`` (``PPOLoss(fused=False)``), ``fused_tanh``
+step, µs per step. Four variants: ``autograd`` (``PPOLoss(fused=False)``), ``fused_tanh``
 (``PPOLoss(sigmoid_tanh=False)``: :mod:`engine_rl.algos.ppo_fused` with ``torch.tanh``, bitwise
-autograd's gradients) and ``fused`` (what ``PPOLoss`` runs on CPU by default: tanh as
-``2 * sigmoid(2z) - 1``).
+autograd's gradients), ``fused`` (what ``PPOLoss`` runs on CPU by default: tanh as
+``2 * sigmoid(2z) - 1``) and ``fused_written`` (the same node with ``write_gradients=True``, what
+ppo-cartpole runs: its backward in the loss call, no ``backward()``).
 They are interleaved in short blocks (10 steps; the order reversed every round) within one
 process, because this box's speed drifts within seconds; ``ratio_*`` are medians of the
 per-round ratios to autograd. Usage: ``python tests/benchmarks/ppo_step.py [--rounds N]
@@ -35,7 +36,7 @@ def make_step(variant: str) -> Callable[[], None]:
     torch.manual_seed(0)
     policy = make_actor_critic(gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2), write_value=False, seed=0)
     loss = PPOLoss(policy, clip_epsilon=0.2, value_coef=0.5, fused=variant != "autograd",
-                   sigmoid_tanh=variant == "fused")
+                   sigmoid_tanh=variant in ("fused", "fused_written"), write_gradients=variant == "fused_written")
     optimizer = FastAdam(policy.parameters(), lr=1e-3, eps=1e-5)
     with torch.no_grad():
         batch = policy(TensorDict({"observation": torch.randn(256, 4)}, [256]))
@@ -44,9 +45,10 @@ def make_step(variant: str) -> Callable[[], None]:
     batch = batch.select(*loss.in_keys)
 
     def step() -> None:
+        optimizer.zero_grad()  # before the loss, as the trainer does: a loss may write gradients
         out = loss(batch)
-        optimizer.zero_grad()
-        (out["loss_objective"] + out["loss_critic"]).backward()
+        if not loss.wrote_gradients:
+            (out["loss_objective"] + out["loss_critic"]).backward()
         clip_grad_norm_(policy.parameters(), 0.5)
         optimizer.step()
 
@@ -60,7 +62,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     rounds = 20 if args.quick else args.rounds
-    variants = ("autograd", "fused_tanh", "fused")
+    variants = ("autograd", "fused_tanh", "fused", "fused_written")
     steps = {v: make_step(v) for v in variants}
     for step in steps.values():
         for _ in range(30):
