@@ -11,6 +11,7 @@ The :class:`handlers.GradClipper` handler calls them on ``RLEvents.BACKWARD_COMP
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -83,7 +84,12 @@ def grad_norm(parameters: Parameters, *, norm_type: float = 2.0) -> torch.Tensor
 
 
 def clip_grad_norm_(
-    parameters: Parameters, max_norm: float, *, norm_type: float = 2.0, skip_unclipped: bool = False
+    parameters: Parameters,
+    max_norm: float,
+    *,
+    norm_type: float = 2.0,
+    skip_unclipped: bool = False,
+    skip_nonfinite: bool = False,
 ) -> torch.Tensor:
     """Scale the gradients in place so that their total norm is at most ``max_norm``.
 
@@ -99,6 +105,9 @@ def clip_grad_norm_(
             multiplication when it is 1 (the norm is within ``max_norm``). The gradients are
             bitwise the same either way; on CPU, where the read is free, it saves a pass over
             every gradient and the factor's four small tensor ops.
+        skip_nonfinite: leave the gradients as they are when the norm is NaN or Inf (one host
+            read), for a caller that raises and names the offending gradient; otherwise they are
+            scaled by the NaN (or 0) factor, as ``torch.nn.utils.clip_grad_norm_`` does.
 
     Returns:
         The total norm *before* clipping, a 0-dim tensor.
@@ -118,12 +127,17 @@ def clip_grad_norm_(
     total = _total_norm(groups, norm_type)
     host = _HOST_FLOATS.get(total.dtype) if skip_unclipped else None
     if host is not None:
+        value = total.item()
+        if skip_nonfinite and not math.isfinite(value):
+            return total
         # the factor on the host, rounded as the tensor ops below round it: (1 / (norm + 1e-6)) * max_norm
-        factor = host(1.0) / (host(total.item()) + host(1e-6)) * host(max_norm)
+        factor = host(1.0) / (host(value) + host(1e-6)) * host(max_norm)
         if factor >= 1.0:
             return total
         for grads in groups.values():
             torch._foreach_mul_(grads, float(factor))
+        return total
+    if skip_nonfinite and not math.isfinite(total.item()):
         return total
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)  # `max_norm / t` is t.reciprocal() * max_norm
     if skip_unclipped and coef.item() == 1.0:

@@ -43,6 +43,8 @@ def _all_finite(tensors: list[torch.Tensor]) -> bool:
         return True
     if len({t.device for t in tensors}) > 1:
         return all(bool(torch.isfinite(t).all()) for t in tensors)
+    if all(t.ndim == 0 for t in tensors):  # scalars (loss outputs): their sum is enough, no norms
+        return math.isfinite(float(torch.stack(tensors).sum()))
     return math.isfinite(float(torch.stack(torch._foreach_norm(tensors)).sum()))
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,8 +16,9 @@ from ignite.engine.events import RemovableEventHandle
 from torch import nn
 
 from engine_rl.events import RLEvents
-from engine_rl.gradients import clip_grad_norm_, clip_grad_value_
+from engine_rl.gradients import clip_grad_norm_, clip_grad_value_, grad_norm
 from handlers._attach import add_handler
+from handlers.nan_guard import NonFiniteError, first_non_finite
 
 __all__ = ["GradClipper"]
 
@@ -38,6 +40,13 @@ class GradClipper:
         norm_type: the p of the p-norm (``math.inf`` for the max-norm).
         record_norm: put the pre-clip norm into ``engine.state.metrics``.
         metric_name: its key there.
+        error_if_nonfinite: raise :class:`~handlers.nan_guard.NonFiniteError` when the pre-clip
+            norm is NaN or Inf (a NaN or Inf gradient), naming the first such parameter and the
+            optim step, before ``optimizer.step()`` could spread it into the weights. The norm
+            is computed for the clipping anyway, so the check costs one host read: what
+            :class:`~handlers.NaNGuard`'s gradient check does, without a second pass over the
+            gradients (give the guard no ``parameters`` then). Needs ``record_norm=True`` (the
+            check reads that norm).
 
     Examples:
         >>> import torch
@@ -59,9 +68,12 @@ class GradClipper:
         norm_type: float = 2.0,
         record_norm: bool = True,
         metric_name: str = "grad_norm",
+        error_if_nonfinite: bool = False,
     ) -> None:
+        names: list[str] | None = None
         if isinstance(parameters, nn.Module):
-            params = list(parameters.parameters())
+            named = list(parameters.named_parameters())
+            params, names = [p for _, p in named], [n for n, _ in named]
         elif isinstance(parameters, torch.Tensor):
             params = [parameters]
         elif isinstance(parameters, Iterable):
@@ -84,7 +96,11 @@ class GradClipper:
         for name, value in (("max_norm", max_norm), ("max_value", max_value), ("norm_type", norm_type)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
                 raise ValueError(f"GradClipper: argument {name} must be a positive number, got {value!r}")
+        if error_if_nonfinite and not record_norm:
+            raise ValueError("GradClipper: error_if_nonfinite=True reads the gradient norm; it needs record_norm=True")
         self.parameters = params
+        self.names = names if names is not None else [f"param{i}" for i in range(len(params))]
+        self.error_if_nonfinite = error_if_nonfinite
         self.max_norm = max_norm
         self.max_value = max_value
         self.norm_type = float(norm_type)
@@ -97,9 +113,15 @@ class GradClipper:
         Returns ``None`` when clipping by value with ``record_norm=False`` (the norm is not needed).
         """
         if self.max_norm is not None:
-            # the norm is read on the host for the metric anyway, so the factor can be too
+            # the norm is read on the host for the metric anyway, so the factor can be too; a
+            # non-finite norm leaves the gradients as they are, for __call__ to name the culprit
             return clip_grad_norm_(self.parameters, self.max_norm, norm_type=self.norm_type,
-                                   skip_unclipped=self.record_norm)
+                                   skip_unclipped=self.record_norm, skip_nonfinite=self.error_if_nonfinite)
+        if self.error_if_nonfinite:  # the norm before clamping (which would hide an Inf), then clamp
+            norm = grad_norm(self.parameters, norm_type=self.norm_type)
+            if math.isfinite(norm.item()):
+                clip_grad_value_(self.parameters, self.max_value, compute_norm=False)
+            return norm
         return clip_grad_value_(
             self.parameters, self.max_value, norm_type=self.norm_type, compute_norm=self.record_norm
         )
@@ -107,7 +129,19 @@ class GradClipper:
     def __call__(self, engine: Engine) -> None:
         norm = self.clip()
         if self.record_norm and norm is not None:
-            engine.state.metrics[self.metric_name] = norm.item()
+            value = norm.item()
+            if self.error_if_nonfinite and not math.isfinite(value):
+                self._raise_non_finite(engine)
+            engine.state.metrics[self.metric_name] = value
+
+    def _raise_non_finite(self, engine: Engine) -> None:
+        bad = first_non_finite((n, p.grad) for n, p in zip(self.names, self.parameters) if p.grad is not None)
+        what = f"gradient (NaN or Inf) of parameter {bad!r}" if bad is not None else "gradient norm (overflow)"
+        s = engine.state
+        raise NonFiniteError(
+            f"GradClipper: non-finite {what} at optim step {getattr(s, 'optim_steps', '?')} "
+            f"(batch {getattr(s, 'batches', '?')}, frames {getattr(s, 'frames', '?')})"
+        )
 
     def attach(
         self, engine: Engine, *, event: Any = RLEvents.BACKWARD_COMPLETED, every: int = 1

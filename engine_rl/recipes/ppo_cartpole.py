@@ -200,8 +200,11 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     )
 
     # BATCH_COLLECTED, in this order
+    # the clipper checks the gradients' norm, which it computes anyway (error_if_nonfinite);
+    # without clipping, the guard checks the gradients itself
+    clip_checks = cfg.nan_guard and cfg.max_grad_norm > 0
     if cfg.nan_guard:
-        NaNGuard(parameters=policy).attach(trainer)
+        NaNGuard(parameters=None if clip_checks else policy).attach(trainer)
     if policy.obs_normalizer is not None:
         ObservationNormalizer(policy.obs_normalizer).attach(trainer)
     reward_normalizer = RewardNormalizer(gamma=cfg.gamma) if cfg.normalize_rewards else None
@@ -215,7 +218,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     # optim steps
     sampler = MinibatchSampler(cfg.batch_size, keys=loss.in_keys, seed=cfg.seed).attach(trainer)
     if cfg.max_grad_norm > 0:
-        GradClipper(policy, max_norm=cfg.max_grad_norm).attach(trainer)
+        GradClipper(policy, max_norm=cfg.max_grad_norm, error_if_nonfinite=clip_checks).attach(trainer)
     if cfg.target_kl is not None:
         KLEarlyStop(cfg.target_kl).attach(trainer)
 

@@ -9,6 +9,7 @@ from ignite.handlers import Checkpoint
 
 from engine_rl.algos.policies import CategoricalActorCritic, GaussianActorCritic
 from engine_rl.cli import main
+from engine_rl.events import RLEvents
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.ppo_cartpole import PPOConfig
 from engine_rl.recipes.runner import make_config, train
@@ -148,3 +149,31 @@ def test_writing_gradients_trains_the_same_network_as_back_propagating_the_node(
         assert loss.wrote_gradients is write
         nets.append([p.detach() for p in setup.to_save["policy"].parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*nets))
+
+
+@pytest.mark.parametrize("where, match", [
+    ("gradient", r"GradClipper: non-finite gradient \(NaN or Inf\) of parameter 'critic\.2\.weight' at optim step 3"),
+    ("loss", r"NaNGuard: non-finite loss output \(NaN or Inf\) 'loss_critic' at optim step 3"),
+])
+def test_recipe_stops_at_a_nan_gradient_or_loss_naming_it(where, match):
+    from handlers.distributed import add_handler_first
+    from handlers.nan_guard import NonFiniteError
+
+    cfg = make_config("ppo-cartpole", {"total_frames": 1024, "eval_every": 100, "eval_episodes": 1})
+    setup = get_recipe("ppo-cartpole").build(cfg)
+    policy = setup.to_save["policy"]
+
+    def poison(engine):
+        if engine.state.optim_steps == 3:
+            if where == "gradient":
+                policy.critic[2].weight.grad[0, 5] = float("nan")
+            else:
+                engine.state.losses["loss_critic"] = torch.tensor(float("nan"))
+
+    add_handler_first(setup.trainer, RLEvents.BACKWARD_COMPLETED, poison)
+    before = [p.detach().clone() for p in policy.parameters()]
+    with pytest.raises(NonFiniteError, match=match):
+        setup.trainer.run()
+    setup.close()
+    assert setup.trainer.state.optim_steps == 3
+    assert not all(torch.equal(p, b) for p, b in zip(policy.parameters(), before))  # steps 1 and 2 trained

@@ -5,7 +5,7 @@ import torch
 from tensordict import TensorDict
 
 from engine_rl import RLEvents, create_trainer
-from handlers import GradClipper
+from handlers import GradClipper, NonFiniteError
 
 
 def _batches(n=3):
@@ -109,3 +109,37 @@ def test_bad_parameters():
         GradClipper(["w"], max_norm=1.0)
     with pytest.raises(TypeError, match="GradClipper: argument parameters must be an nn.Module or .* got int"):
         GradClipper(3, max_norm=1.0)
+
+
+@pytest.mark.parametrize("clip", [{"max_norm": 0.5}, {"max_value": 0.1}])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_error_if_nonfinite_names_the_parameter_and_step_before_the_weights_move(clip, bad):
+    trainer, net = _setup(n=3)
+    weights = []
+
+    def poison(engine):
+        weights.append([p.detach().clone() for p in net.parameters()])
+        if engine.state.optim_steps == 2:
+            net[2].weight.grad[0, 3] = bad
+
+    trainer.add_event_handler(RLEvents.BACKWARD_COMPLETED, poison)
+    GradClipper(net, error_if_nonfinite=True, **clip).attach(trainer)
+    with pytest.raises(NonFiniteError, match=r"GradClipper: non-finite gradient \(NaN or Inf\) of parameter "
+                                             r"'2\.weight' at optim step 2 \(batch 2, frames 32\)"):
+        trainer.run(max_epochs=1)
+    # the step's gradients were not scaled into the other parameters, and no optimizer step ran
+    assert torch.isfinite(net[0].weight.grad).all() and not torch.isfinite(net[2].weight.grad).all()
+    assert all(torch.equal(p, w) for p, w in zip(net.parameters(), weights[-1]))
+
+
+def test_error_if_nonfinite_leaves_finite_runs_alone_and_needs_the_norm():
+    runs = []
+    for check in (False, True):
+        trainer, net = _setup(n=3, steps=2)
+        GradClipper(net, max_norm=0.5, error_if_nonfinite=check).attach(trainer)
+        trainer.run(max_epochs=1)
+        runs.append([p.detach().clone() for p in net.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    with pytest.raises(ValueError, match="GradClipper: error_if_nonfinite=True reads the gradient norm; it needs "
+                                         "record_norm=True"):
+        GradClipper(net, max_norm=1.0, error_if_nonfinite=True, record_norm=False)
