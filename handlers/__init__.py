@@ -9,7 +9,7 @@ handler                       default event                        does
 ============================  ===================================  ==============================
 :class:`ReplayExtender`       ``RLEvents.BATCH_COLLECTED``         ``buffer.extend(state.batch)``
 :class:`ReplaySampler`        ``RLEvents.SAMPLE_REQUESTED``        ``state.sample = buffer.sample``
-:class:`GradClipper`          ``RLEvents.BACKWARD_COMPLETED``      clip; ``metrics["grad_norm"]``
+:class:`GradClipper`          ``RLEvents.BACKWARD_COMPLETED``      clip; ``metrics["grad_norm"]``; stop on NaN/Inf
 :class:`PriorityUpdater`      ``RLEvents.OPTIM_STEP_DONE``         priorities from ``td_error``
 :class:`TargetNetUpdater`     ``RLEvents.OPTIM_STEP_DONE``         hard / soft target update
 :class:`WeightSync`           ``Events.ITERATION_COMPLETED``       learner -> collector weights
