@@ -2,7 +2,8 @@
 
 On dqn-cartpole's Q network (4-256-256-2, 64-row samples) an optim step is four 64x256x256
 products (~95 µs each here) plus some forty small ops; autograd's share of it (recording the
-graph, running the engine, accumulating gradients) is about a fifth of the step. With
+graph, running the engine, accumulating gradients) is about a tenth of the step in a run and a
+fifth in a micro-benchmark that repeats the step alone. With
 ``DQNLoss(write_gradients=True)`` the loss runs its Q network with :func:`mlp_forward` (the ops
 ``nn.Linear``/``nn.ReLU`` run) under ``no_grad`` and computes the gradients itself with
 :func:`dqn_gradients` (the ops autograd's backward runs, in its order), writing them into the
@@ -11,8 +12,8 @@ parameters' ``.grad`` during the call; the trainer sees ``wrote_gradients`` and 
 bitwise autograd's (``tests/engine_rl/algos/test_dqn_fused.py``): huber and squared losses,
 importance weights, double and plain targets.
 
-Measured on dqn-cartpole's step (``tests/benchmarks/dqn_step.py``: loss, clipping and Adam,
-interleaved blocks in one process) and in whole runs: ``README.md``.
+Measured in place by ``tests/benchmarks/dqn_step.py`` (one run of the recipe, switching between
+the two paths every two batches): 0.885 of autograd's time per optim step (``README.md``).
 
 :func:`q_mlp_plan` says whether a Q network and a sample qualify: the network is an
 ``nn.Sequential`` of ``nn.Linear`` (with biases) and ``nn.ReLU``/``nn.Tanh`` layers, as

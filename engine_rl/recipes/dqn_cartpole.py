@@ -9,7 +9,8 @@ final policy from the late collapses DQN is known for on CartPole. Each batch's 
 drawn in one go, with the target network's values for all of them from a few large forward
 passes (``sample_ahead``; the target network only changes between batches), run on a worker
 thread, 1024 rows at a time, while the optim steps train on the rows already done
-(``target_worker``).
+(``target_worker``). The loss computes the Q network's gradients itself, with the backward
+written by hand (``fused_loss``: bitwise autograd's gradients, without autograd's bookkeeping).
 """
 
 from __future__ import annotations
