@@ -199,10 +199,11 @@ class DQNLoss(nn.Module):
     def _target_values(self, sample: TensorDictBase, next_obs: torch.Tensor) -> torch.Tensor:
         values = sample.get(TARGET_VALUE_KEY, None)
         stamp = sample.get(TARGET_VERSION_KEY, None)
-        if values is not None and stamp is not None and int(stamp[0] if stamp.ndim == 1 else stamp.reshape(-1)[0]) \
-                == self.target_version():
-            self.precomputed_steps += 1
-            return values
+        if values is not None and stamp is not None:
+            first = stamp[0] if stamp.ndim == 1 else stamp.reshape(-1)[0]
+            if int(first) == self.target_version():
+                self.precomputed_steps += 1
+                return values
         return self.target_qnet(next_obs)
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
