@@ -133,7 +133,8 @@ class ReplaySampler:
 
     With ``transform_rows=R`` the transform sees the block ``R`` rows at a time, and with
     ``background=True`` it runs on a worker thread, chunk after chunk, while the optim steps
-    already train on the chunks done before: the first step waits for the first chunk only.
+    already train on the chunks done before: the first step waits for the first chunk only,
+    which is one sample's rows there.
     On CPU the worker computes on the second core (torch ops release the GIL), and its large
     activations stay out of the learner's caches. The samples are the same either way.
 

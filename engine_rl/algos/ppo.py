@@ -13,8 +13,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from engine_rl.algos.policies import ActorCritic
 from engine_rl.algos.mlp_fused import mlp_params
+from engine_rl.algos.policies import ActorCritic
 from engine_rl.algos.ppo_fused import categorical_mlp_plan, fused_ppo_terms
 from engine_rl.keys import require_keys
 
