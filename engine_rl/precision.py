@@ -136,6 +136,11 @@ class AutocastLoss(nn.Module):
         """The wrapped loss's ``in_keys`` (``None`` if it declares none)."""
         return getattr(self.loss, "in_keys", None)
 
+    @property
+    def wrote_gradients(self) -> bool:
+        """Whether the wrapped loss's last call wrote its gradients itself (for the trainer)."""
+        return bool(getattr(self.loss, "wrote_gradients", False))
+
     def forward(self, sample: TensorDictBase) -> TensorDictBase | Mapping[str, Any]:
         with torch.autocast(self.device_type, dtype=self.dtype):
             out = self.loss(sample)

@@ -162,3 +162,24 @@ def test_trainer_optimizes_through_autocast_loss_and_names_it_in_errors():
     bad = [TensorDict({"x": torch.randn(4, 3)}, [4])]
     with pytest.raises(KeyError, match=r"AutocastLoss\(mse\) \(the trainer's loss\)"):
         create_trainer(bad, AutocastLoss(mse), torch.optim.SGD(net.parameters(), lr=0.1)).run()
+
+
+def test_autocast_loss_passes_the_wrapped_loss_wrote_gradients_through():
+    from engine_rl.algos import DQNLoss, mlp
+
+    class Writes:
+        wrote_gradients = True
+
+        def __call__(self, td):
+            return TensorDict({"loss": torch.zeros(())}, [])
+
+    assert AutocastLoss(Writes()).wrote_gradients is True
+    assert AutocastLoss(lambda td: {"loss": torch.zeros(())}).wrote_gradients is False
+    # under autocast DQNLoss takes autograd's path, so its loss has a graph and wrote no gradients
+    loss = DQNLoss(mlp(4, 2, (8,)), write_gradients=True)
+    wrapped = AutocastLoss(loss)
+    out = wrapped(TensorDict({
+        "observation": torch.zeros(3, 4), "action": torch.zeros(3, dtype=torch.long),
+        ("next", "observation"): torch.zeros(3, 4), ("next", "reward"): torch.ones(3),
+        ("next", "terminated"): torch.zeros(3, dtype=torch.bool)}, [3]))
+    assert out["loss"].requires_grad and wrapped.wrote_gradients is False
