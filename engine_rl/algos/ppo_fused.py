@@ -44,9 +44,15 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from engine_rl.algos.mlp_fused import const as _const
-from engine_rl.algos.mlp_fused import global_module_hooks, mlp_backward, mlp_forward, mlp_params, plain_mlp
-from engine_rl.algos.mlp_fused import write_gradients as write_gradients_into
+from engine_rl.algos.mlp_fused import (
+    const as _const,
+    global_module_hooks,
+    mlp_backward,
+    mlp_forward,
+    mlp_params,
+    plain_mlp,
+    write_gradients as write_gradients_into,
+)
 from engine_rl.algos.policies import ActorCritic, CategoricalActorCritic
 
 __all__ = ["MLPPlan", "categorical_mlp_plan", "fused_ppo_terms"]
