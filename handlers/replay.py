@@ -45,6 +45,7 @@ from engine_rl.engine import MASK_KEY
 from engine_rl.events import RLEvents
 from engine_rl.keys import NestedKey, require_keys
 from engine_rl.replay import PrioritizedSampler
+from engine_rl.threads import start_torch_thread
 from handlers._attach import add_handler
 
 __all__ = ["PriorityUpdater", "ReplayExtender", "ReplaySampler"]
@@ -284,7 +285,8 @@ class ReplaySampler:
         first, rest = block[: self.batch_size], block[self.batch_size:]
         chunks = [first] if rest.batch_size[0] == 0 else [first, *rest.split(self.transform_rows or rest.batch_size[0])]
         if self._worker is None:
-            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ReplaySampler")
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ReplaySampler",
+                                              initializer=start_torch_thread)
         return [self._worker.submit(self._prepared, chunk) for chunk in chunks]
 
     def _drop_block(self) -> None:

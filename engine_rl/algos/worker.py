@@ -7,7 +7,9 @@ the caller runs the actor's. On CPU with one torch thread per op the two run on 
 releases the GIL inside its ops.
 
 The thread is created on first use, shared by every loss in the process (tasks run one after
-another), and recreated in a child after ``os.fork``. Grad mode and autocast are per thread:
+another), and recreated in a child after ``os.fork``. It runs with torch's intra-op thread count
+(:func:`engine_rl.threads.start_torch_thread`; without it its products would use an OpenMP team
+of one thread per core). Grad mode and autocast are per thread:
 :func:`autocast_state` and :func:`in_autocast` carry the caller's autocast into the worker.
 """
 
@@ -20,6 +22,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 import torch
+
+from engine_rl.threads import start_torch_thread
 
 __all__ = ["autocast_state", "in_autocast", "parallel_backward", "result_after", "submit"]
 
@@ -40,7 +44,8 @@ def submit(fn: Callable[..., Any], *args: Any) -> Future[Any]:
     global _executor
     with _lock:
         if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine_rl-loss-worker")
+            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine_rl-loss-worker",
+                                           initializer=start_torch_thread)
         executor = _executor
     return executor.submit(fn, *args)
 
