@@ -19,17 +19,19 @@ Stable-Baselines3 does. Only ``terminated`` stops bootstrapping: a time-limit tr
 bootstraps from the true final observation. The target critics are a plain module that
 :class:`handlers.TargetNetUpdater` Polyak-averages on ``RLEvents.OPTIM_STEP_DONE``.
 
-Two threads (``worker_thread=True``, :mod:`engine_rl.algos.worker`): the TD target (the actor's
-draw at ``s'`` and the target critics' values, no gradients) is computed on a worker thread
-while the calling thread runs the critics and the actor on the sample; in the backward the
-critics' loss is back-propagated on the worker while the calling thread back-propagates the
-actor's (their graphs share no parameter: the actor's loss sees the critics' parameters
-detached). The same ops on the same inputs with the same random draws: the same losses and
-gradients, bit for bit.
+Two threads (``worker_thread=True``, :mod:`engine_rl.algos.worker`): the worker thread computes
+the critics' values ``Q_i(s, a)`` and then, once the calling thread has drawn ``a' ~ pi(.|s')``
+(no gradients), the target critics' values and ``y``, while the calling thread goes on with the
+actor at ``s`` and ``Q_i(s, a~)``; for 256x256 networks that is two of the four 256x256 products
+of the forward on each thread. In the backward the critics' loss is back-propagated on the
+worker while the calling thread back-propagates the actor's (their graphs share no parameter:
+the actor's loss sees the critics' parameters detached). The same ops on the same inputs with
+the same random draws: the same losses and gradients, bit for bit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable, Sequence
@@ -158,11 +160,12 @@ class SACLoss(nn.Module):
         alpha_init: initial temperature (> 0).
         learn_alpha: tune ``log_alpha`` (``loss_alpha`` is returned); else ``alpha`` stays fixed.
         target_entropy: entropy target of the temperature loss; default ``-action_dim``.
-        worker_thread: compute the TD target and back-propagate the critics' loss on a worker
-            thread, beside the caller's work (see the module docstring). Worth it on CPU with one
-            torch thread per op, where the two threads use two cores (``README.md``: a SAC
-            update on Pendulum sizes in about 0.7 of the time); with more torch threads per op
-            both threads' ops compete for the same cores. Not for ``retain_graph=True``.
+        worker_thread: compute the critics' values and the TD target, and back-propagate the
+            critics' loss, on a worker thread beside the caller's work (see the module docstring;
+            forward hooks of ``critic`` run on both threads, those of ``target_critic`` on the
+            worker). Worth it on CPU with one torch thread per op, where the two threads use two
+            cores (``README.md``: a SAC update on Pendulum sizes in about 0.7 of the time); with
+            more torch threads per op both threads' ops compete for the same cores. Not for ``retain_graph=True``.
 
     Examples:
         >>> import gymnasium as gym
@@ -219,14 +222,21 @@ class SACLoss(nn.Module):
     def _td_target(self, next_obs: torch.Tensor, reward: torch.Tensor, not_terminated: torch.Tensor,
                    alpha: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         next_action, next_log_prob = self.actor.sample(next_obs, noise)
+        return self._soft_target(next_obs, next_action, next_log_prob, reward, not_terminated, alpha)
+
+    @torch.no_grad()
+    def _soft_target(self, next_obs: torch.Tensor, next_action: torch.Tensor, next_log_prob: torch.Tensor,
+                     reward: torch.Tensor, not_terminated: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         next_q = self.target_critic(next_obs, next_action).amin(0)
         # soft TD target: y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))
         soft_next_value = next_q - alpha * next_log_prob
         return torch.addcmul(reward, not_terminated.to(reward.dtype), soft_next_value, value=self.gamma)
 
-    def _td_target_in(self, autocast: tuple[str, bool, torch.dtype], *args: torch.Tensor) -> torch.Tensor:
-        with worker.in_autocast(autocast):
-            return self._td_target(*args)
+    def _on_worker(self, state: tuple[tuple[str, bool, torch.dtype], bool], fn: Callable[..., torch.Tensor],
+                   *args: torch.Tensor) -> torch.Tensor:
+        autocast, grad_enabled = state
+        with worker.in_autocast(autocast), torch.set_grad_enabled(grad_enabled):
+            return fn(*args)
 
     def _sample_terms(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
         q_values = self.critic(obs, action)
@@ -234,17 +244,44 @@ class SACLoss(nn.Module):
         q_new = self.critic(obs, new_action, detach_params=True).amin(0)
         return q_values, log_prob, q_new
 
+    def _two_threads(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
+                     not_terminated: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The forward split 4 products to 4 (of 256x256 size, for 256x256 networks):
+
+        - worker: ``Q_i(s, a)`` (2), then the target critics at ``(s', a')`` (2) and ``y``;
+        - here: the actor at ``s'`` (1, handed to the worker), then at ``s`` (1) and
+          ``Q_i(s, a~)`` (2).
+        """
+        state = (worker.autocast_state(obs.device.type), torch.is_grad_enabled())
+        critic_future = worker.submit(self._on_worker, state, self.critic, obs, action)
+        try:
+            with torch.no_grad():  # the s' draws first, as on one thread
+                next_action, next_log_prob = self.actor.sample(next_obs)
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                critic_future.result()
+            raise
+        target_future = worker.submit(self._on_worker, state, self._soft_target, next_obs, next_action,
+                                      next_log_prob, reward, not_terminated, alpha)
+
+        def actor_terms() -> tuple[torch.Tensor, torch.Tensor]:
+            new_action, log_prob = self.actor.sample(obs)
+            return log_prob, self.critic(obs, new_action, detach_params=True).amin(0)
+
+        try:
+            (log_prob, q_new), target = worker.result_after(target_future, actor_terms)
+        finally:
+            q_values_or_error = critic_future.exception()  # waits; both tasks are done past this point
+        if q_values_or_error is not None:
+            raise q_values_or_error
+        return critic_future.result(), log_prob, q_new, target
+
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="SACLoss")
         alpha = self.log_alpha.detach().exp()
 
         if self.worker_thread:
-            # s' draws first, as on one thread; the target pass beside the sample's passes
-            noise = self.actor.draw_noise(next_obs)
-            future = worker.submit(self._td_target_in, worker.autocast_state(next_obs.device.type),
-                                   next_obs, reward, not_terminated, alpha, noise)
-            (q_values, log_prob, q_new), target = worker.result_after(
-                future, lambda: self._sample_terms(obs, action))
+            q_values, log_prob, q_new, target = self._two_threads(obs, action, next_obs, reward, not_terminated, alpha)
         else:
             target = self._td_target(next_obs, reward, not_terminated, alpha, None)
             q_values, log_prob, q_new = self._sample_terms(obs, action)

@@ -296,21 +296,28 @@ def test_worker_thread_gives_bitwise_the_same_losses_gradients_and_draws(precisi
     assert torch.equal(after0, after1)  # the global generator is left in the same state
 
 
-def test_worker_thread_runs_the_target_critics_on_another_thread():
+def test_worker_thread_runs_the_critics_values_and_the_target_on_another_thread():
     import threading
 
     loss = _mlp_sac(True)
     seen = {}
 
     def record(name):
-        return lambda module, args, output: seen.setdefault(name, set()).add(threading.current_thread().name)
+        def hook(module, args, output):
+            seen.setdefault(name, []).append((threading.current_thread().name, args[1].requires_grad))
+        return hook
 
     loss.target_critic.register_forward_hook(record("target"))
     loss.critic.register_forward_hook(record("critic"))
+    loss.actor.net.register_forward_hook(lambda module, args, output: seen.setdefault("actor", []).append(
+        threading.current_thread().name))
     loss(_sample(n=8))
-    assert seen["critic"] == {threading.current_thread().name}
-    (target_thread,) = seen["target"]
-    assert target_thread != threading.current_thread().name and target_thread.startswith("engine_rl-loss-worker")
+    here = threading.current_thread().name
+    (target_thread, _), = seen["target"]
+    assert target_thread != here and target_thread.startswith("engine_rl-loss-worker")
+    # Q(s, a) of the stored action on the worker, Q(s, a~) of the actor's action here
+    assert sorted(seen["critic"], key=lambda entry: entry[1]) == [(target_thread, False), (here, True)]
+    assert seen["actor"] == [here, here]  # the draws at s' and at s, in that order, on this thread
 
 
 def test_worker_thread_error_surfaces_in_the_caller_after_the_worker_is_done():
