@@ -51,9 +51,10 @@ class SACConfig(OffPolicyConfig):
     'bfloat16' (autocast; about 1.3x faster updates on a CPU with native bfloat16; parameters,
     gradients, optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
     worker_thread: bool | None = None
-    """Use a second thread in each update (``SACLoss(worker_thread=True)``): the TD target
-    (the actor at s', the target critics) is computed on it while the critics and the actor run on the sample, and the
-    critics' loss is back-propagated on it while the actor's is back-propagated here. The same
+    """Use a second thread in each update (``SACLoss(worker_thread=True)``): the critics' values
+    and the TD target (the target critics at the actor's s' draw) are computed on it while the
+    actor and the critics at the actor's action run here, and the critics' loss is
+    back-propagated on it while the actor's is back-propagated here. The same
     values bit for bit, on the second core. ``None`` (the default): on if torch runs one
     intra-op thread when the recipe is built, off with more (``--threads 2``), where both
     threads' ops would split over the same cores."""

@@ -14,8 +14,8 @@ Variants, interleaved and repeated (medians reported):
   gradients and optimizer state in float32. ``native_bfloat16`` says whether this CPU has
   bfloat16 dot products (without them bfloat16 is emulated and slower).
 - ``engine_worker_thread`` and ``engine_bfloat16_worker_thread``: the two above with
-  ``SACLoss(worker_thread=True)``: the TD target computed, and the critics' loss
-  back-propagated, on a worker thread beside the caller's passes (the same gradients, bit for
+  ``SACLoss(worker_thread=True)``: the critics' values and the TD target computed, and the
+  critics' loss back-propagated, on a worker thread beside the caller's passes (the same gradients, bit for
   bit).
 
 ``output_layer_us``: forward plus backward of the critics' last layer (2 critics, 256 rows,
