@@ -165,7 +165,8 @@ class SACLoss(nn.Module):
             forward hooks of ``critic`` run on both threads, those of ``target_critic`` on the
             worker). Worth it on CPU with one torch thread per op, where the two threads use two
             cores (``README.md``: a SAC update on Pendulum sizes in about 0.7 of the time); with
-            more torch threads per op both threads' ops compete for the same cores. Not for ``retain_graph=True``.
+            more torch threads per op both threads' ops compete for the same cores. Not for
+            ``retain_graph=True``.
 
     Examples:
         >>> import gymnasium as gym
