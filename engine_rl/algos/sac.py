@@ -22,8 +22,8 @@ bootstraps from the true final observation. The target critics are a plain modul
 Two threads (``worker_thread=True``, :mod:`engine_rl.algos.worker`): the worker thread computes
 the critics' values ``Q_i(s, a)`` and then, once the calling thread has drawn ``a' ~ pi(.|s')``
 (no gradients), the target critics' values and ``y``, while the calling thread goes on with the
-actor at ``s`` and ``Q_i(s, a~)``; for 256x256 networks that is two of the four 256x256 products
-of the forward on each thread. In the backward the critics' loss is back-propagated on the
+actor at ``s`` and ``Q_i(s, a~)``; for 256x256 networks that is four of the forward's eight
+256x256 products on each thread. In the backward the critics' loss is back-propagated on the
 worker while the calling thread back-propagates the actor's (their graphs share no parameter:
 the actor's loss sees the critics' parameters detached). The same ops on the same inputs with
 the same random draws: the same losses and gradients, bit for bit.
@@ -247,7 +247,7 @@ class SACLoss(nn.Module):
 
     def _two_threads(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
                      not_terminated: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The forward split 4 products to 4 (of 256x256 size, for 256x256 networks):
+        """The forward split 4 products to 4 (of 256x256 size, for 256x256 networks; one per critic):
 
         - worker: ``Q_i(s, a)`` (2), then the target critics at ``(s', a')`` (2) and ``y``;
         - here: the actor at ``s'`` (1, handed to the worker), then at ``s`` (1) and
