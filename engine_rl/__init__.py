@@ -5,9 +5,9 @@ else is a handler attached to :class:`RLEvents` or Ignite's own events. See
 :mod:`engine_rl.engine` for the glossary and :mod:`engine_rl.events` for the event order.
 """
 
-from engine_rl.engine import MASK_KEY, RLTrainer, create_trainer
+from engine_rl.engine import RLTrainer, create_trainer
 from engine_rl.events import RLEvents
-from engine_rl.keys import require_keys
+from engine_rl.keys import MASK_KEY, require_keys
 
 __all__ = ["MASK_KEY", "RLEvents", "RLTrainer", "create_evaluator", "create_trainer", "require_keys", "training_state"]
 

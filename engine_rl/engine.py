@@ -34,12 +34,9 @@ from ignite.engine import Engine, Events
 from tensordict import TensorDictBase
 
 from engine_rl.events import RL_COUNTERS, RL_EVENT_TO_ATTR, RLEvents
-from engine_rl.keys import present_keys, require_keys
+from engine_rl.keys import MASK_KEY, present_keys, require_keys
 
-__all__ = ["RLTrainer", "create_trainer", "MASK_KEY"]
-
-#: Optional boolean key of a batch marking valid frames (invalid ones are not counted).
-MASK_KEY = ("collector", "mask")
+__all__ = ["RLTrainer", "create_trainer"]
 
 LossModule = Callable[[TensorDictBase], Mapping[str, torch.Tensor] | TensorDictBase]
 

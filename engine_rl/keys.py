@@ -1,4 +1,4 @@
-"""Key checks shared by losses and handlers: one error format for a missing TensorDict key."""
+"""Keys shared by the engine, replay and handlers, and one error format for a missing TensorDict key."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ from collections.abc import Iterable
 
 from tensordict import TensorDictBase
 
-__all__ = ["NestedKey", "format_key", "present_keys", "require_keys"]
+__all__ = ["MASK_KEY", "NestedKey", "format_key", "present_keys", "require_keys"]
 
 NestedKey = str | tuple[str, ...]
+
+#: Optional boolean entry of a batch, shaped like it, marking its valid frames: the trainer counts
+#: only those, a replay buffer stores only those (and never stores the mask itself).
+MASK_KEY = ("collector", "mask")
 
 
 def format_key(key: NestedKey) -> str:

@@ -11,9 +11,8 @@ from ignite.engine import Engine, Events
 from tensordict import TensorDictBase
 
 from engine_rl.collectors.info import INFO_KEY, check_info_keys
-from engine_rl.engine import MASK_KEY
 from engine_rl.events import RLEvents
-from engine_rl.keys import require_keys
+from engine_rl.keys import MASK_KEY, require_keys
 
 __all__ = ["EpisodeStats", "Throughput", "finished_episodes"]
 

@@ -41,9 +41,8 @@ from ignite.engine import Engine
 from ignite.engine.events import RemovableEventHandle
 from tensordict import TensorDictBase
 
-from engine_rl.engine import MASK_KEY
 from engine_rl.events import RLEvents
-from engine_rl.keys import NestedKey, require_keys
+from engine_rl.keys import MASK_KEY, NestedKey, require_keys
 from engine_rl.replay import PrioritizedSampler
 from engine_rl.threads import start_torch_thread
 from handlers._attach import add_handler

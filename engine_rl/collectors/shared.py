@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from engine_rl.keys import format_key
-from engine_rl.replay.buffer import MASK_KEY, ReplayBuffer
+from engine_rl.keys import MASK_KEY, format_key
+from engine_rl.replay.buffer import ReplayBuffer
 from engine_rl.replay.samplers import Sampler
 from engine_rl.replay.storage import flatten_keys, nest_keys
 

@@ -5,13 +5,12 @@ choose rows; :class:`SumTree` (and :class:`MinTree`) hold priorities; :class:`Te
 keeps rows in memory or in memory-mapped files.
 """
 
-from engine_rl.replay.buffer import MASK_KEY, ReplayBuffer
+from engine_rl.replay.buffer import ReplayBuffer
 from engine_rl.replay.samplers import PrioritizedSampler, Sampler, UniformSampler
 from engine_rl.replay.storage import TensorStorage
 from engine_rl.replay.sumtree import MinTree, SumTree
 
 __all__ = [
-    "MASK_KEY",
     "MinTree",
     "PrioritizedSampler",
     "ReplayBuffer",

@@ -9,14 +9,12 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from engine_rl.keys import format_key
+from engine_rl.keys import MASK_KEY, format_key
 from engine_rl.replay.samplers import Sampler, UniformSampler
 from engine_rl.replay.storage import TensorStorage
 
-__all__ = ["MASK_KEY", "ReplayBuffer"]
+__all__ = ["ReplayBuffer"]
 
-#: Boolean key marking valid rows of a batch (same as ``engine_rl.engine.MASK_KEY``); not stored.
-MASK_KEY = ("collector", "mask")
 _RESERVED = (("index",), ("weight",))
 
 
@@ -26,8 +24,9 @@ class ReplayBuffer:
     :meth:`extend` flattens a batch of any shape to rows and writes them at the cursor, the
     oldest rows being overwritten once the buffer is full. The first call fixes the stored keys,
     shapes and dtypes (storage is preallocated then). Every tensor leaf is stored, ``("collector",
-    ...)`` entries included, except the mask ``("collector", "mask")``: when present (bool, shaped
-    like the batch) only rows where it is True are stored. Non-tensor entries are ignored.
+    ...)`` entries included, except the mask :data:`~engine_rl.keys.MASK_KEY`, ``("collector",
+    "mask")``: when present (bool, shaped like the batch) only rows where it is True are stored.
+    Non-tensor entries are ignored.
 
     :meth:`sample` returns a TensorDict ``[batch_size]`` on :attr:`device` with every stored key
     plus ``"index"`` (int64 positions, for :meth:`update_priority`) and ``"weight"`` (float32

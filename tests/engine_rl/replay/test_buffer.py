@@ -5,7 +5,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from engine_rl.replay import MASK_KEY, PrioritizedSampler, ReplayBuffer, UniformSampler
+from engine_rl.keys import MASK_KEY
+from engine_rl.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
 
 
 def _roundtrip(obj):
@@ -38,12 +39,6 @@ def _transitions(start, *batch):
 
 def _stored_counts(buf):
     return buf.storage.data[("observation",)][: len(buf), 0].tolist()
-
-
-def test_mask_key_is_the_engines():
-    from engine_rl.engine import MASK_KEY as ENGINE_MASK_KEY
-
-    assert MASK_KEY == ENGINE_MASK_KEY
 
 
 def test_extend_flattens_and_overwrites_oldest_first():
