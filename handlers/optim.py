@@ -1,12 +1,11 @@
 """Gradient clipping between ``loss.backward()`` and ``optimizer.step()``.
 
-:class:`GradClipper` runs on ``RLEvents.BACKWARD_COMPLETED``; the maths is in
-:mod:`engine_rl.gradients`.
+:class:`GradClipper` runs on ``RLEvents.BACKWARD_COMPLETED`` and calls torch's
+``torch.nn.utils.clip_grad_norm_`` or ``torch.nn.utils.clip_grad_value_``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,9 +15,9 @@ from ignite.engine.events import RemovableEventHandle
 from torch import nn
 
 from engine_rl.events import RLEvents
-from engine_rl.gradients import clip_grad_norm_, clip_grad_value_, grad_norm
+from engine_rl.gradients import grad_norm, non_finite_grads
 from handlers._attach import add_handler
-from handlers.nan_guard import NonFiniteError, first_non_finite
+from handlers.nan_guard import NonFiniteError
 
 __all__ = ["GradClipper"]
 
@@ -27,36 +26,39 @@ class GradClipper:
     """Clip gradients by total norm or by value after each backward; record the pre-clip norm.
 
     Exactly one of ``max_norm`` (rescale all gradients so their total norm is at most
-    ``max_norm``) and ``max_value`` (clamp each entry into ``[-max_value, max_value]``) is given.
-    The total gradient norm *before* clipping goes to ``engine.state.metrics[metric_name]`` as
-    a float; reading it (``.item()``) waits for the device, which is free on CPU but a sync per
-    step on GPU: pass ``record_norm=False`` to skip it.
+    ``max_norm``: ``torch.nn.utils.clip_grad_norm_``) and ``max_value`` (clamp each entry into
+    ``[-max_value, max_value]``: ``torch.nn.utils.clip_grad_value_``) is given. The total
+    gradient norm *before* clipping goes to ``engine.state.metrics[metric_name]`` as a float;
+    reading it (``.item()``) waits for the device, a sync per step on GPU: pass
+    ``record_norm=False`` to skip it.
 
     Args:
-        parameters: the parameters to clip: an ``nn.Module`` or an iterable of tensors (kept as
-            a list, so a generator such as ``module.parameters()`` is fine).
+        parameters: the parameters to clip: an ``nn.Module`` (its parameter names appear in
+            errors) or an iterable of tensors (kept as a list; named ``param0``, ``param1``...).
         max_norm: the largest allowed total norm.
         max_value: the largest allowed absolute value of a gradient entry.
         norm_type: the p of the p-norm (``math.inf`` for the max-norm).
         record_norm: put the pre-clip norm into ``engine.state.metrics``.
         metric_name: its key there.
         error_if_nonfinite: raise :class:`~handlers.nan_guard.NonFiniteError` when the pre-clip
-            norm is NaN or Inf (a NaN or Inf gradient), naming the first such parameter and the
-            optim step, before ``optimizer.step()`` could spread it into the weights. The norm
-            is computed for the clipping anyway, so the check costs one host read: what
-            :class:`~handlers.NaNGuard`'s gradient check does, without a second pass over the
-            gradients (give the guard no ``parameters`` then). Needs ``record_norm=True`` (the
-            check reads that norm).
+            norm is NaN or Inf, naming the parameters whose gradient holds a NaN or Inf and the
+            optim step, before any gradient is changed and before ``optimizer.step()`` runs, so
+            the weights stay as they were.
 
     Examples:
         >>> import torch
-        >>> w = torch.nn.Parameter(torch.zeros(2))
-        >>> w.grad = torch.tensor([3.0, 4.0])
-        >>> clipper = GradClipper([w], max_norm=1.0)
+        >>> net = torch.nn.Linear(2, 1, bias=False)
+        >>> net.weight.grad = torch.tensor([[3.0, 4.0]])
+        >>> clipper = GradClipper(net, max_norm=1.0, error_if_nonfinite=True)
         >>> clipper.clip().item()
         5.0
-        >>> w.grad
-        tensor([0.6000, 0.8000])
+        >>> net.weight.grad
+        tensor([[0.6000, 0.8000]])
+        >>> net.weight.grad[0, 1] = float("nan")
+        >>> clipper.clip()
+        Traceback (most recent call last):
+        ...
+        handlers.nan_guard.NonFiniteError: GradClipper: non-finite gradient (NaN or Inf) of parameter 'weight'
     """
 
     def __init__(
@@ -70,21 +72,19 @@ class GradClipper:
         metric_name: str = "grad_norm",
         error_if_nonfinite: bool = False,
     ) -> None:
-        names: list[str] | None = None
         if isinstance(parameters, nn.Module):
             named = list(parameters.named_parameters())
-            params, names = [p for _, p in named], [n for n, _ in named]
         elif isinstance(parameters, torch.Tensor):
-            params = [parameters]
+            named = [("param0", parameters)]
         elif isinstance(parameters, Iterable):
-            params = list(parameters)
+            named = [(f"param{i}", p) for i, p in enumerate(parameters)]
         else:
             raise TypeError(
                 "GradClipper: argument parameters must be an nn.Module or an iterable of tensors, "
                 f"got {type(parameters).__name__}"
             )
-        bad = [type(p).__name__ for p in params if not isinstance(p, torch.Tensor)]
-        if bad or not params:
+        bad = [type(p).__name__ for _, p in named if not isinstance(p, torch.Tensor)]
+        if bad or not named:
             raise ValueError(
                 f"GradClipper: argument parameters must hold at least one tensor and only tensors, got {bad or 'none'}"
             )
@@ -96,52 +96,60 @@ class GradClipper:
         for name, value in (("max_norm", max_norm), ("max_value", max_value), ("norm_type", norm_type)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
                 raise ValueError(f"GradClipper: argument {name} must be a positive number, got {value!r}")
-        if error_if_nonfinite and not record_norm:
-            raise ValueError("GradClipper: error_if_nonfinite=True reads the gradient norm; it needs record_norm=True")
-        self.parameters = params
-        self.names = names if names is not None else [f"param{i}" for i in range(len(params))]
-        self.error_if_nonfinite = error_if_nonfinite
+        self.named_parameters = named
+        self.parameters = [p for _, p in named]
         self.max_norm = max_norm
         self.max_value = max_value
         self.norm_type = float(norm_type)
         self.record_norm = record_norm
         self.metric_name = metric_name
+        self.error_if_nonfinite = error_if_nonfinite
 
     def clip(self) -> torch.Tensor | None:
         """Clip the gradients in place; return the pre-clip total norm (a 0-dim tensor).
 
-        Returns ``None`` when clipping by value with ``record_norm=False`` (the norm is not needed).
+        Returns ``None`` when clipping by value with ``record_norm=False`` and
+        ``error_if_nonfinite=False`` (the norm is not needed then). With ``error_if_nonfinite``
+        a NaN or Inf norm raises :class:`~handlers.nan_guard.NonFiniteError` before any
+        gradient is changed.
         """
         if self.max_norm is not None:
-            # the norm is read on the host for the metric anyway, so the factor can be too; a
-            # non-finite norm leaves the gradients as they are, for __call__ to name the culprit
-            return clip_grad_norm_(self.parameters, self.max_norm, norm_type=self.norm_type,
-                                   skip_unclipped=self.record_norm, skip_nonfinite=self.error_if_nonfinite)
-        if self.error_if_nonfinite:  # the norm before clamping (which would hide an Inf), then clamp
+            try:
+                return torch.nn.utils.clip_grad_norm_(
+                    self.parameters, self.max_norm, norm_type=self.norm_type,
+                    error_if_nonfinite=self.error_if_nonfinite, foreach=True,
+                )
+            except RuntimeError as err:  # torch checks the norm before it scales the gradients
+                if self.error_if_nonfinite and "non-finite" in str(err):
+                    raise self._non_finite_error() from None
+                raise
+        norm = None
+        if self.record_norm or self.error_if_nonfinite:
             norm = grad_norm(self.parameters, norm_type=self.norm_type)
-            if math.isfinite(norm.item()):
-                clip_grad_value_(self.parameters, self.max_value, compute_norm=False)
-            return norm
-        return clip_grad_value_(
-            self.parameters, self.max_value, norm_type=self.norm_type, compute_norm=self.record_norm
-        )
+            if self.error_if_nonfinite and not torch.isfinite(norm):  # before clamping hides an Inf
+                raise self._non_finite_error()
+        torch.nn.utils.clip_grad_value_(self.parameters, self.max_value, foreach=True)
+        return norm
+
+    def _non_finite_error(self) -> NonFiniteError:
+        names = non_finite_grads(self.named_parameters)  # the scan runs only on failure
+        listed = ", ".join(repr(name) for name in names)
+        what = f"gradient (NaN or Inf) of parameter{'s' if len(names) > 1 else ''} {listed}"
+        if not names:  # every gradient is finite: their norm overflowed
+            what = "gradient norm (overflow)"
+        return NonFiniteError(f"GradClipper: non-finite {what}")
 
     def __call__(self, engine: Engine) -> None:
-        norm = self.clip()
-        if self.record_norm and norm is not None:
-            value = norm.item()
-            if self.error_if_nonfinite and not math.isfinite(value):
-                self._raise_non_finite(engine)
-            engine.state.metrics[self.metric_name] = value
-
-    def _raise_non_finite(self, engine: Engine) -> None:
-        bad = first_non_finite((n, p.grad) for n, p in zip(self.names, self.parameters) if p.grad is not None)
-        what = f"gradient (NaN or Inf) of parameter {bad!r}" if bad is not None else "gradient norm (overflow)"
-        s = engine.state
-        raise NonFiniteError(
-            f"GradClipper: non-finite {what} at optim step {getattr(s, 'optim_steps', '?')} "
-            f"(batch {getattr(s, 'batches', '?')}, frames {getattr(s, 'frames', '?')})"
-        )
+        try:
+            norm = self.clip()
+        except NonFiniteError as err:
+            s = engine.state
+            raise NonFiniteError(
+                f"{err} at optim step {getattr(s, 'optim_steps', '?')} (batch {getattr(s, 'batches', '?')}, "
+                f"frames {getattr(s, 'frames', '?')}); the optimizer step was not taken"
+            ) from None
+        if self.record_norm:
+            engine.state.metrics[self.metric_name] = norm.item()
 
     def attach(
         self, engine: Engine, *, event: Any = RLEvents.BACKWARD_COMPLETED, every: int = 1

@@ -111,11 +111,49 @@ def test_bad_parameters():
         GradClipper(3, max_norm=1.0)
 
 
+def _grads(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    for p in net.parameters():
+        p.grad = torch.randn(p.shape, generator=g) * 10
+    return net
+
+
+@pytest.mark.parametrize("norm_type", [1.0, 2.0, 3.0, math.inf])
+@pytest.mark.parametrize("max_norm", [0.5, 1e4])  # clipping, and a norm already within the bound
+def test_clip_by_norm_equals_torch_clip_grad_norm(norm_type, max_norm):
+    ours, ref = _grads(seed=3), _grads(seed=3)
+    n_ours = GradClipper(ours, max_norm=max_norm, norm_type=norm_type).clip()
+    n_ref = torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm, norm_type=norm_type)
+    assert torch.equal(n_ours, n_ref)
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours.parameters(), ref.parameters()))
+
+
+def test_clip_by_value_equals_torch_clip_grad_value_and_returns_the_pre_clip_norm():
+    ours, ref = _grads(seed=4), _grads(seed=4)
+    before = torch.nn.utils.get_total_norm([p.grad for p in ref.parameters()])
+    norm = GradClipper(ours.parameters(), max_value=0.25).clip()
+    torch.nn.utils.clip_grad_value_(ref.parameters(), 0.25)
+    torch.testing.assert_close(norm, before)
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours.parameters(), ref.parameters()))
+    assert GradClipper(ours, max_value=0.1, record_norm=False).clip() is None
+
+
+def test_parameters_without_gradient_are_skipped():
+    net = _grads()
+    net[0].weight.grad = None
+    norm = GradClipper(net, max_norm=1.0).clip()
+    rest = torch.cat([p.grad.reshape(-1) for p in net.parameters() if p.grad is not None])
+    assert norm.item() > 1.0 and torch.linalg.vector_norm(rest).item() <= 1.0 + 1e-5
+    assert net[0].weight.grad is None
+
+
 @pytest.mark.parametrize("clip", [{"max_norm": 0.5}, {"max_value": 0.1}])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_error_if_nonfinite_names_the_parameter_and_step_before_the_weights_move(clip, bad):
+@pytest.mark.parametrize("record_norm", [True, False])
+def test_error_if_nonfinite_names_the_parameter_and_step_before_the_weights_move(clip, bad, record_norm):
     trainer, net = _setup(n=3)
-    weights = []
+    weights, steps = [], []
 
     def poison(engine):
         weights.append([p.detach().clone() for p in net.parameters()])
@@ -123,16 +161,35 @@ def test_error_if_nonfinite_names_the_parameter_and_step_before_the_weights_move
             net[2].weight.grad[0, 3] = bad
 
     trainer.add_event_handler(RLEvents.BACKWARD_COMPLETED, poison)
-    GradClipper(net, error_if_nonfinite=True, **clip).attach(trainer)
+    GradClipper(net, error_if_nonfinite=True, record_norm=record_norm, **clip).attach(trainer)
+    trainer.add_event_handler(RLEvents.OPTIM_STEP_DONE, lambda e: steps.append(e.state.optim_steps))
     with pytest.raises(NonFiniteError, match=r"GradClipper: non-finite gradient \(NaN or Inf\) of parameter "
-                                             r"'2\.weight' at optim step 2 \(batch 2, frames 32\)"):
+                                             r"'2\.weight' at optim step 2 \(batch 2, frames 32\); "
+                                             r"the optimizer step was not taken"):
         trainer.run(max_epochs=1)
-    # the step's gradients were not scaled into the other parameters, and no optimizer step ran
+    assert steps == [1]  # the second optimizer step did not run
+    # no gradient was clipped (torch checks the norm before scaling), and the weights are unchanged
     assert torch.isfinite(net[0].weight.grad).all() and not torch.isfinite(net[2].weight.grad).all()
     assert all(torch.equal(p, w) for p, w in zip(net.parameters(), weights[-1]))
 
 
-def test_error_if_nonfinite_leaves_finite_runs_alone_and_needs_the_norm():
+def test_error_if_nonfinite_names_every_offending_parameter_of_a_tensor_list():
+    net = _grads()
+    params = list(net.parameters())
+    params[0].grad[0, 0] = float("nan")
+    params[3].grad[1] = float("inf")
+    with pytest.raises(NonFiniteError, match=r"of parameters 'param0', 'param3'$"):
+        GradClipper(params, max_norm=1.0, error_if_nonfinite=True).clip()
+
+
+def test_without_error_if_nonfinite_a_nan_gradient_is_clipped_as_torch_does():
+    net = _grads()
+    net[0].bias.grad[0] = float("nan")
+    assert math.isnan(GradClipper(net, max_norm=1.0).clip().item())
+    assert all(torch.isnan(p.grad).all() for p in net.parameters())  # torch scales by the NaN factor
+
+
+def test_error_if_nonfinite_leaves_finite_runs_alone():
     runs = []
     for check in (False, True):
         trainer, net = _setup(n=3, steps=2)
@@ -140,6 +197,11 @@ def test_error_if_nonfinite_leaves_finite_runs_alone_and_needs_the_norm():
         trainer.run(max_epochs=1)
         runs.append([p.detach().clone() for p in net.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*runs))
-    with pytest.raises(ValueError, match="GradClipper: error_if_nonfinite=True reads the gradient norm; it needs "
-                                         "record_norm=True"):
-        GradClipper(net, max_norm=1.0, error_if_nonfinite=True, record_norm=False)
+
+
+def test_error_if_nonfinite_on_an_overflowing_norm_of_finite_gradients():
+    w = torch.nn.Parameter(torch.zeros(2))
+    w.grad = torch.tensor([3e38, 3e38])  # each finite in float32, their 2-norm is not
+    with pytest.raises(NonFiniteError, match=r"^GradClipper: non-finite gradient norm \(overflow\)$"):
+        GradClipper([w], max_norm=1.0, error_if_nonfinite=True).clip()
+    assert torch.equal(w.grad, torch.tensor([3e38, 3e38]))

@@ -1,6 +1,3 @@
-import threading
-import time
-
 import pytest
 import torch
 from tensordict import TensorDict
@@ -129,142 +126,22 @@ def _filled_buffer(seed=0):
     return buffer
 
 
-def test_prefetch_hands_out_the_rows_of_separate_draws_one_block_at_a_time():
-    single, ahead = ReplaySampler(_filled_buffer(), batch_size=5), ReplaySampler(_filled_buffer(), batch_size=5, prefetch=4)
-    for _ in range(10):
-        a, b = single.sample(), ahead.sample()
-        assert b.batch_size == torch.Size([5])
+def test_sampler_on_empty_buffer_says_what_to_do():
+    sampler = ReplaySampler(ReplayBuffer(10), batch_size=4)
+    with pytest.raises(ValueError) as err:
+        sampler.sample()
+    assert str(err.value) == (
+        "ReplaySampler: the replay buffer is empty, nothing to sample; collect frames first, "
+        "e.g. create_trainer(..., learning_starts=N) with N >= batch_size (4) and a ReplayExtender attached"
+    )
+
+
+def test_sampler_draws_a_fresh_sample_at_every_step():
+    sampler = ReplaySampler(_filled_buffer(), batch_size=5)
+    reference = _filled_buffer()  # same seed: the same draws, one buffer.sample per step
+    for _ in range(4):
+        a, b = sampler.sample(), reference.sample(5)
         assert torch.equal(a["index"], b["index"]) and torch.equal(a["observation"], b["observation"])
-    assert (single.blocks_drawn, ahead.blocks_drawn) == (10, 3)
-
-
-def test_prefetch_transform_sees_each_whole_block_and_may_replace_it():
-    seen = []
-
-    def add_row_number(block):
-        seen.append(block.batch_size[0])
-        return block.set("row", torch.arange(block.batch_size[0]))
-
-    sampler = ReplaySampler(_filled_buffer(), batch_size=3, prefetch=2, transform=add_row_number)
-    rows = [sampler.sample()["row"].tolist() for _ in range(3)]
-    assert seen == [6, 6]
-    assert rows == [[0, 1, 2], [3, 4, 5], [0, 1, 2]]
-    replaced = ReplaySampler(_filled_buffer(), batch_size=2, transform=lambda b: b.select("index"))
-    assert list(replaced.sample().keys()) == ["index"]
-
-
-def test_prefetched_rows_are_dropped_when_a_new_batch_arrives():
-    buffer = ReplayBuffer(1000, seed=0)
-    trainer = _trainer(_batches(3), optim_steps_per_batch=2)
-    ReplayExtender(buffer).attach(trainer)
-    sampler = ReplaySampler(buffer, batch_size=5, prefetch=3)
-    sampler.attach(trainer)
-    newest = []
-    trainer.add_event_handler(RLEvents.OPTIM_STEP_DONE, lambda e: newest.append(int(e.state.sample["index"].max())))
-    trainer.run(max_epochs=1)
-    # 2 steps per batch from a 3-step block: each batch draws its own block, from the rows it can see
-    assert sampler.blocks_drawn == 3
-    assert max(newest[:2]) < 8 <= max(newest[2:4]) and max(newest[4:]) >= 16  # new rows are drawn
-
-
-def test_prefetch_refuses_prioritized_replay_and_bad_arguments():
-    prioritized = ReplayBuffer(10, sampler=PrioritizedSampler())
-    with pytest.raises(ValueError, match=r"ReplaySampler: prefetch=4 needs a uniform sampler.*use prefetch=1"):
-        ReplaySampler(prioritized, batch_size=2, prefetch=4)
-    ReplaySampler(prioritized, batch_size=2, prefetch=1)  # fine: one draw per step
-    with pytest.raises(ValueError, match="ReplaySampler: argument prefetch must be a positive int, got 0"):
-        ReplaySampler(ReplayBuffer(10), batch_size=2, prefetch=0)
-    with pytest.raises(TypeError, match="ReplaySampler: argument transform must be callable or None, got int"):
-        ReplaySampler(ReplayBuffer(10), batch_size=2, transform=3)
-
-
-def _row_tagger(seen=None, delay=0.0):
-    def tag(chunk):
-        if seen is not None:
-            seen.append((threading.current_thread().name, chunk.batch_size[0]))
-        time.sleep(delay)
-        return chunk.set("doubled", chunk["observation"] * 2)
-    return tag
-
-
-@pytest.mark.parametrize("background", [False, True])
-def test_transform_rows_cut_the_block_into_chunks_with_the_same_samples(background):
-    seen = []
-    plain = ReplaySampler(_filled_buffer(), batch_size=4, prefetch=6, transform=_row_tagger())
-    chunked = ReplaySampler(_filled_buffer(), batch_size=4, prefetch=6, transform=_row_tagger(seen),
-                            transform_rows=8, background=background)
-    for _ in range(12):  # two blocks
-        a, b = plain.sample(), chunked.sample()
-        assert b.batch_size == torch.Size([4])
-        assert torch.equal(a["index"], b["index"]) and torch.equal(a["doubled"], b["doubled"])
-    # on the worker the first sample's rows come alone, so a block's first step waits for them only
-    assert [rows for _, rows in seen] == ([4, 8, 8, 4] if background else [8, 8, 8]) * 2
-    threads = {name for name, _ in seen}
-    if background:
-        assert len(threads) == 1 and threads.pop().startswith("ReplaySampler")
-    else:
-        assert threads == {threading.current_thread().name}
-    chunked.close()
-    assert chunked._worker is None
-
-
-def test_background_transform_errors_surface_in_the_sample_that_needs_the_chunk():
-    calls = []
-
-    def fails_on_second_chunk(chunk):
-        calls.append(chunk.batch_size[0])
-        if len(calls) == 2:
-            raise RuntimeError("target network exploded")
-        return chunk
-
-    sampler = ReplaySampler(_filled_buffer(), batch_size=2, prefetch=5, transform=fails_on_second_chunk,
-                            transform_rows=4, background=True)
-    assert sampler.sample().batch_size == torch.Size([2])  # the first chunk: one sample's rows
-    with pytest.raises(RuntimeError, match="target network exploded"):
-        sampler.sample()  # the second chunk's first sample
-    sampler.close()
-    assert calls[:2] == [2, 4]
-
-
-def test_background_chunks_still_running_are_awaited_when_a_new_batch_arrives():
-    running = threading.Event()
-    finished = []
-
-    def slow(chunk):
-        running.set()
-        time.sleep(0.5)  # long enough that the learner reaches the next batch meanwhile, even on a busy box
-        finished.append(chunk.batch_size[0])
-        return chunk
-
-    buffer = ReplayBuffer(1000, seed=0)
-    trainer = _trainer(_batches(2), optim_steps_per_batch=1)
-    ReplayExtender(buffer).attach(trainer)
-    sampler = ReplaySampler(buffer, batch_size=2, prefetch=4, transform=slow, transform_rows=2, background=True)
-    sampler.attach(trainer)
-    at_second_batch = []
-
-    def check(engine):  # runs after the sampler has handed out the step's sample
-        if engine.state.iteration == 2:
-            at_second_batch.append(len(finished))
-
-    trainer.add_event_handler(RLEvents.SAMPLE_REQUESTED, check)
-    trainer.run(max_epochs=1)
-    assert running.is_set() and sampler.blocks_drawn == 2
-    # the first batch trained on its first chunk while the worker started on the second; the new
-    # batch waited for that one (not awaited: 2), cancelled the other two (not cancelled: 5) and
-    # then needed the first chunk of its own block
-    assert at_second_batch == [3]
-    sampler.close()
-    assert len(finished) in (3, 4)  # the second block's second chunk may have started before close
-
-
-def test_transform_rows_and_background_are_checked():
-    with pytest.raises(ValueError, match=r"ReplaySampler: argument transform_rows must be a positive multiple of "
-                                         r"batch_size \(4\) or None, got 6"):
-        ReplaySampler(ReplayBuffer(10), batch_size=4, transform=_row_tagger(), transform_rows=6)
-    with pytest.raises(ValueError, match="ReplaySampler: background=True runs the transform on a worker thread; "
-                                         "give a transform"):
-        ReplaySampler(ReplayBuffer(10), batch_size=4, background=True)
 
 
 @pytest.mark.parametrize("td_shape", [(), (1,)])
@@ -389,16 +266,26 @@ def test_end_to_end_with_gym_collector():
     assert buffer.sampler.max_priority >= 1.0
 
 
-@pytest.mark.parametrize("prefetch", [1, 3])
-def test_keys_select_the_entries_of_every_sample(prefetch):
-    buffer = _filled_buffer()
-    full = ReplaySampler(buffer, batch_size=4, prefetch=prefetch).sample()
+def test_keys_select_the_entries_of_every_sample():
+    full = ReplaySampler(_filled_buffer(), batch_size=4).sample()
     assert len(set(full.keys())) > 2
-    buffer = _filled_buffer()
-    sampler = ReplaySampler(buffer, batch_size=4, prefetch=prefetch, keys=["index", "observation"])
+    sampler = ReplaySampler(_filled_buffer(), batch_size=4, keys=["index", "observation", ("next", "reward")])
     sample = sampler.sample()
-    assert sorted(sample.keys()) == ["index", "observation"]
+    assert set(sample.keys(include_nested=True, leaves_only=True)) == {"index", "observation", ("next", "reward")}
+    assert sample.batch_size == torch.Size([4])
+    # the same rows as a sampler without keys draws from the same buffer and seed
     assert torch.equal(sample["index"], full["index"]) and torch.equal(sample["observation"], full["observation"])
+
+
+def test_keys_reach_the_loss_through_the_trainer():
+    buffer = ReplayBuffer(1000, seed=0)
+    trainer = _trainer(_batches(2), optim_steps_per_batch=2)
+    ReplayExtender(buffer).attach(trainer)
+    ReplaySampler(buffer, batch_size=3, keys=["observation", ("next", "reward"), "weight", "index"]).attach(trainer)
+    seen = []
+    trainer.add_event_handler(RLEvents.SAMPLE_REQUESTED, lambda e: seen.append(set(e.state.sample.keys())))
+    trainer.run(max_epochs=1)
+    assert seen == [{"observation", "next", "weight", "index"}] * 4
 
 
 def test_keys_missing_from_the_buffer_and_bad_keys_are_errors():
