@@ -195,6 +195,33 @@ class RLTrainer(Engine):
             require_keys(sample, in_keys, consumer=f"{self._loss_name} (the trainer's loss)")
         self._loss_keys_checked = True
 
+    def _total_loss(self, losses: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The sum of the ``loss*`` entries of what the loss returned, and those entries."""
+        if not isinstance(losses, (TensorDictBase, Mapping)):
+            raise TypeError(
+                f"{self._loss_name} (the trainer's loss) must return a TensorDict or a dict of tensors "
+                f"whose keys starting with 'loss' are summed and optimized; got {type(losses).__name__}"
+            )
+        loss_values = {k: v for k, v in losses.items() if isinstance(k, str) and k.startswith("loss")}
+        if not loss_values:
+            raise ValueError(
+                f"{self._loss_name} (the trainer's loss) returned no entry whose key starts with 'loss'; "
+                f"got keys {list(losses.keys())}"
+            )
+        for key, value in loss_values.items():
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(
+                    f"{self._loss_name} (the trainer's loss): entry {key!r} must be a scalar tensor; got {shape}"
+                )
+        total = sum(loss_values.values())
+        if not total.requires_grad:
+            raise RuntimeError(
+                f"{self._loss_name} (the trainer's loss) returned {list(loss_values)} without an autograd graph "
+                "(computed under torch.no_grad() or detached?); nothing to back-propagate"
+            )
+        return total, loss_values
+
     def _optim_step(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
         state = self.state
         state.optim_steps += 1
@@ -208,7 +235,7 @@ class RLTrainer(Engine):
             sample = state.sample = sample.to(self.device, non_blocking=True)
         if not self._loss_keys_checked:
             self._check_loss_keys(sample)
-        for opt in self.optimizers:  # before the loss: one that writes gradients itself adds to none
+        for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         try:
             losses = self.loss_module(sample)
@@ -217,27 +244,9 @@ class RLTrainer(Engine):
                 f"{self._loss_name} (the trainer's loss) failed on a missing key: {err}; "
                 f"the sample has {present_keys(sample)}"
             ) from err
-        loss_values = {k: v for k, v in losses.items() if isinstance(k, str) and k.startswith("loss")}
-        if not loss_values:
-            keys = list(losses.keys())
-            raise ValueError(
-                f"{self._loss_name} (the trainer's loss) returned no entry whose key starts with 'loss'; "
-                f"got keys {keys}"
-            )
-        values = iter(loss_values.values())
-        total = next(values)
-        for value in values:  # no `sum()`: its `0 + loss` would cost an extra op per step
-            total = total + value
+        total, loss_values = self._total_loss(losses)
         state.losses = losses  # already this step's at BACKWARD_COMPLETED (NaN guards read it)
-        if total.requires_grad:
-            total.backward()  # adds to any gradient the loss wrote itself
-        elif not getattr(self.loss_module, "wrote_gradients", False):
-            raise RuntimeError(
-                f"{self._loss_name} (the trainer's loss) returned {list(loss_values)} without an autograd graph "
-                "(computed under torch.no_grad() or detached?) and did not write gradients itself; a loss "
-                "module that does (e.g. DQNLoss(write_gradients=True)) sets its attribute "
-                "wrote_gradients = True for that call"
-            )
+        total.backward()
         self._fire(RLEvents.BACKWARD_COMPLETED)
         for opt in self.optimizers:
             opt.step()
@@ -305,11 +314,8 @@ def create_trainer(
     Args:
         collector: any iterable of TensorDicts (e.g. :class:`engine_rl.collectors.GymCollector`).
         loss_module: callable TensorDict -> TensorDict (or mapping); entries whose key starts with
-            ``"loss"`` are summed and back-propagated. If it has ``in_keys``, the first sample is
-            checked. A loss module may compute its gradients itself (a hand-written backward,
-            e.g. ``DQNLoss(write_gradients=True)``): it adds them into its parameters' ``.grad``
-            during the call, returns losses without an autograd graph and sets its attribute
-            ``wrote_gradients = True`` for that call; the trainer then skips ``backward()``.
+            ``"loss"`` (scalar tensors) are summed and back-propagated. If it has ``in_keys``,
+            the first sample is checked.
         optimizer: one optimizer, or a list/dict of them (e.g. actor and critic); all are
             zeroed before the loss is called and stepped after the backward.
         total_frames: stop after this many frames (None: run until ``max_epochs``/``max_iters``).

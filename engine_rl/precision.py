@@ -102,8 +102,9 @@ class AutocastLoss(nn.Module):
     Args:
         loss: the loss module (e.g. :class:`engine_rl.algos.SACLoss`).
         dtype: the products' dtype (``torch.bfloat16``; ``torch.float16`` where supported).
-        device_type: autocast's device type; default: that of ``loss``'s first parameter
-            (``"cpu"`` if it has none).
+        device_type: autocast's device type (``"cpu"``, ``"cuda"``, ...); default: the device
+            of ``loss``'s first parameter (``"cpu"`` if it has none), so a loss moved to a GPU
+            runs under CUDA autocast.
 
     Examples:
         >>> from engine_rl.algos.networks import mlp
@@ -135,11 +136,6 @@ class AutocastLoss(nn.Module):
     def in_keys(self) -> Any:
         """The wrapped loss's ``in_keys`` (``None`` if it declares none)."""
         return getattr(self.loss, "in_keys", None)
-
-    @property
-    def wrote_gradients(self) -> bool:
-        """Whether the wrapped loss's last call wrote its gradients itself (for the trainer)."""
-        return bool(getattr(self.loss, "wrote_gradients", False))
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase | Mapping[str, Any]:
         with torch.autocast(self.device_type, dtype=self.dtype):

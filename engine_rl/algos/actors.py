@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from tensordict import TensorDictBase
 from torch import nn
 
-from engine_rl.algos.networks import mlp, output_dtype
+from engine_rl.algos.networks import mlp
 from engine_rl.exploration import SeededPolicyWrapper
 
 __all__ = ["DeterministicActor", "RandomWarmup", "TanhGaussianActor", "box_bounds"]
@@ -156,34 +156,21 @@ class TanhGaussianActor(nn.Module):
         mean, log_std = self.net(obs).chunk(2, dim=-1)
         return mean, log_std.clamp(self.log_std_min, self.log_std_max)
 
-    def sample(self, obs: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterized draw ``a = tanh(mean + std * eps)`` in ``[-1, 1]`` and ``log p(a)``.
 
         Args:
-            obs: observations ``[..., obs_dim]``.
-            noise: the standard normal draws ``eps`` (``[..., action_dim]``), e.g. from
-                :meth:`draw_noise` on another thread than the one sampling; default: drawn here
-                from torch's global generator, exactly as :meth:`draw_noise` draws them.
+            obs: observations ``[..., obs_dim]``; ``eps`` comes from torch's global generator.
 
         Returns:
             ``(a [..., action_dim], log_prob [...])``; gradients flow to the actor through both.
         """
         mean, log_std = self.distribution(obs)
-        eps = torch.randn_like(mean) if noise is None else noise
+        eps = torch.randn_like(mean)
         u = mean + log_std.exp() * eps
         log_gauss = -0.5 * eps.square() - log_std - _HALF_LOG_2PI  # log N(u; mean, std), per dimension
         log_dtanh = 2.0 * (_LOG_2 - u - F.softplus(-2.0 * u))  # log(1 - tanh(u)^2), stable
         return torch.tanh(u), (log_gauss - log_dtanh).sum(-1)
-
-    def draw_noise(self, obs: torch.Tensor) -> torch.Tensor:
-        """The draws :meth:`sample` would make for ``obs``: ``[..., action_dim]`` standard normals
-        from torch's global generator, in the dtype of the actor's output layer.
-
-        For an actor whose means come out in its output layer's dtype (any :func:`mlp` actor, with
-        or without autocast), ``sample(obs, draw_noise(obs))`` is ``sample(obs)`` with the
-        generator left in the same state.
-        """
-        return torch.randn(*obs.shape[:-1], self.action_dim, dtype=output_dtype(self.net), device=obs.device)
 
     def log_prob(self, obs: torch.Tensor, unit_action: torch.Tensor) -> torch.Tensor:
         """``log p(a | obs)`` of squashed actions ``a`` in ``(-1, 1)`` (clamped just inside)."""

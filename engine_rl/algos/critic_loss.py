@@ -10,7 +10,7 @@ Examples:
     ...     ("next", "terminated"): torch.tensor([False, False, True, True])}, [4])
     >>> obs, action, next_obs, reward, not_terminated = read_transition(sample, lambda a: a, consumer="demo")
     >>> reward.shape, not_terminated.tolist()
-    (torch.Size([4]), [True, True, False, False])
+    (torch.Size([4]), [1.0, 1.0, 0.0, 0.0])
     >>> loss = q_regression(QEnsemble(3, 1, (8,)), obs, action, torch.zeros(4), sample)
     >>> loss.shape, sample["td_error"].shape
     (torch.Size([]), torch.Size([4]))
@@ -26,7 +26,7 @@ from torch import nn
 
 from engine_rl.keys import require_keys
 
-__all__ = ["TRANSITION_KEYS", "q_regression", "q_regression_of", "read_transition"]
+__all__ = ["TRANSITION_KEYS", "q_regression", "read_transition"]
 
 TRANSITION_KEYS = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
 """The replay sample entries :func:`read_transition` reads."""
@@ -38,7 +38,8 @@ def read_transition(
     """``(obs, action, next_obs, reward, not_terminated)`` of a replay sample.
 
     ``action`` is ``unscale(sample["action"])`` (env bounds to the critics' ``[-1, 1]``);
-    ``reward`` and ``not_terminated`` are shaped like the batch. A missing key raises a
+    ``reward`` and ``not_terminated`` (``1 - terminated``, in the reward's dtype) are shaped
+    like the batch. A missing key raises a
     ``KeyError`` naming it, the sample's keys and ``consumer``.
     """
     try:
@@ -47,7 +48,7 @@ def read_transition(
         next_obs = sample["next", "observation"]
         batch = obs.shape[:-1]
         reward = sample["next", "reward"].reshape(batch)
-        not_terminated = ~sample["next", "terminated"].reshape(batch)
+        not_terminated = (sample["next", "terminated"].reshape(batch) == 0).to(reward.dtype)
     except KeyError:
         require_keys(sample, TRANSITION_KEYS, consumer=consumer)  # raises, naming the missing keys
         raise
@@ -59,12 +60,7 @@ def q_regression(
 ) -> torch.Tensor:
     """``sum_i mean(w * (Q_i(s, a) - y)^2)`` over the critics, ``w`` the sample's importance
     ``weight`` (1 without one); writes ``td_error = max_i |Q_i(s, a) - y|`` into ``sample``."""
-    return q_regression_of(critic(obs, action), target, sample)
-
-
-def q_regression_of(q_values: torch.Tensor, target: torch.Tensor, sample: TensorDictBase) -> torch.Tensor:
-    """:func:`q_regression` of already computed ``Q_i(s, a)`` values ``[num_q, batch]``."""
-    error = q_values - target  # [num_q, batch]
+    error = critic(obs, action) - target  # [num_q, batch]
     sq = error.square()
     weight = sample.get("weight", None)
     if weight is not None:

@@ -9,7 +9,7 @@ from torch import nn
 
 from engine_rl.precision import OutputLinear
 
-__all__ = ["mlp", "output_dtype"]
+__all__ = ["mlp"]
 
 
 def mlp(
@@ -42,14 +42,3 @@ def mlp(
     layers.append(OutputLinear(last, out_features))
     return nn.Sequential(*layers)
 
-
-def output_dtype(net: nn.Module) -> torch.dtype:
-    """The dtype of ``net``'s last parameter: its outputs' dtype for an :func:`mlp` (whose output
-    layer stays in its parameters' dtype under autocast); torch's default dtype without parameters.
-
-    Examples:
-        >>> output_dtype(mlp(3, 2, (8,)).double())
-        torch.float64
-    """
-    params = list(net.parameters())
-    return params[-1].dtype if params else torch.get_default_dtype()

@@ -13,9 +13,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from engine_rl.algos.mlp_fused import mlp_params
 from engine_rl.algos.policies import ActorCritic
-from engine_rl.algos.ppo_fused import categorical_mlp_plan, fused_ppo_terms
 from engine_rl.keys import require_keys
 
 __all__ = ["PPOLoss"]
@@ -50,21 +48,6 @@ class PPOLoss(nn.Module):
         value_coef: weight of the value loss.
         entropy_coef: weight of the entropy bonus.
         normalize_advantage: standardize the advantages of each minibatch.
-        fused: compute the losses in one autograd node with a hand-written backward
-            (:mod:`engine_rl.algos.ppo_fused`) whenever the policy qualifies (a
-            :class:`~engine_rl.algos.policies.CategoricalActorCritic` over plain Tanh/ReLU MLPs,
-            as ``make_actor_critic`` builds them); otherwise, or with ``False``, autograd's path.
-            On CPU its tanh layers compute ``2 * sigmoid(2z) - 1`` (torch's CPU tanh is not
-            vectorized), within 2e-7 of ``torch.tanh``; elsewhere, and with ReLU networks, the
-            values are autograd's and the gradients bitwise autograd's without an entropy bonus.
-        sigmoid_tanh: on the fused path, compute tanh layers as ``2 * sigmoid(2z) - 1``
-            (``None``: on CPU only). A plain attribute, like ``fused``.
-        write_gradients: on the fused path, with grad mode on and every parameter of the two
-            networks trainable, run its backward during the call, outside autograd, and add the
-            gradients of the summed ``loss_*`` entries into the parameters' ``.grad``; the entries
-            then have no autograd graph and :attr:`wrote_gradients` is True, which tells
-            :func:`~engine_rl.create_trainer`'s trainer to skip ``backward()``. The same
-            gradients as back-propagating the node. A plain attribute, like ``fused``.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -90,9 +73,6 @@ class PPOLoss(nn.Module):
         value_coef: float = 0.5,
         entropy_coef: float = 0.0,
         normalize_advantage: bool = True,
-        fused: bool = True,
-        sigmoid_tanh: bool | None = None,
-        write_gradients: bool = False,
     ) -> None:
         super().__init__()
         if not callable(getattr(policy, "evaluate", None)):
@@ -112,17 +92,6 @@ class PPOLoss(nn.Module):
         self.value_coef = _non_negative("PPOLoss", "value_coef", value_coef)
         self.entropy_coef = _non_negative("PPOLoss", "entropy_coef", entropy_coef)
         self.normalize_advantage = normalize_advantage
-        if not isinstance(fused, bool):
-            raise TypeError(f"PPOLoss: argument fused must be a bool, got {fused!r}")
-        self.fused = fused
-        if sigmoid_tanh is not None and not isinstance(sigmoid_tanh, bool):
-            raise TypeError(f"PPOLoss: argument sigmoid_tanh must be a bool or None, got {sigmoid_tanh!r}")
-        self.sigmoid_tanh = sigmoid_tanh
-        if not isinstance(write_gradients, bool):
-            raise TypeError(f"PPOLoss: argument write_gradients must be a bool, got {write_gradients!r}")
-        self.write_gradients = write_gradients
-        self.wrote_gradients = False
-        """Whether the last call wrote the networks' gradients itself (read by the trainer)."""
 
     @property
     def in_keys(self) -> list[str]:
@@ -143,22 +112,6 @@ class PPOLoss(nn.Module):
         if self.normalize_advantage and advantage.numel() > 1:
             std, mean = torch.std_mean(advantage)
             advantage = (advantage - mean) / (std + 1e-8)
-        self.wrote_gradients = False
-        if self.fused:
-            per_item = (old_log_prob, advantage, value_target) + ((old_value,) if old_value is not None else ())
-            plan = categorical_mlp_plan(self.policy, obs, action, per_item)
-            if plan is not None:
-                write = (self.write_gradients and torch.is_grad_enabled()
-                         and all(p.requires_grad for p in mlp_params((*plan.actor, *plan.critic))))
-                terms = fused_ppo_terms(
-                    plan, self.policy.normalize(obs), action, old_log_prob, advantage, value_target, old_value,
-                    clip_epsilon=self.clip_epsilon, value_clip=self.value_clip, value_coef=self.value_coef,
-                    entropy_coef=self.entropy_coef,
-                    sigmoid_tanh=obs.device.type == "cpu" if self.sigmoid_tanh is None else self.sigmoid_tanh,
-                    write_gradients=write,
-                )
-                self.wrote_gradients = write
-                return TensorDict(terms, batch_size=[])
 
         log_prob, entropy, value = self.policy.evaluate(obs, action)
 
@@ -174,16 +127,15 @@ class PPOLoss(nn.Module):
         loss_critic = self.value_coef * (value - value_target).pow(2).mean()
 
         with torch.no_grad():
-            n = ratio.numel()
-            approx_kl = (ratio - log_ratio).mean() - 1.0  # mean((ratio - 1) - log ratio)
-            clip_fraction = torch.count_nonzero(clipped_ratio != ratio) / n
+            approx_kl = ((ratio - 1.0) - log_ratio).mean()
+            clip_fraction = ((ratio - 1.0).abs() > eps).float().mean()
             entropy_mean = entropy.mean()
         out = {
             "loss_objective": loss_objective,
             "loss_critic": loss_critic,
             "approx_kl": approx_kl,
             "clip_fraction": clip_fraction,
-            "entropy": entropy_mean.detach(),
+            "entropy": entropy_mean,
         }
         if self.entropy_coef > 0:
             out["loss_entropy"] = -self.entropy_coef * entropy.mean()

@@ -18,20 +18,10 @@ All three use the same ``alpha = exp(log_alpha)`` (detached), read before the st
 Stable-Baselines3 does. Only ``terminated`` stops bootstrapping: a time-limit truncation
 bootstraps from the true final observation. The target critics are a plain module that
 :class:`handlers.TargetNetUpdater` Polyak-averages on ``RLEvents.OPTIM_STEP_DONE``.
-
-Two threads (``worker_thread=True``, :mod:`engine_rl.algos.worker`): the worker thread computes
-the critics' values ``Q_i(s, a)`` and then, once the calling thread has drawn ``a' ~ pi(.|s')``
-(no gradients), the target critics' values and ``y``, while the calling thread goes on with the
-actor at ``s`` and ``Q_i(s, a~)``; for 256x256 networks that is four of the forward's eight
-256x256 products on each thread. In the backward the critics' loss is back-propagated on the
-worker while the calling thread back-propagates the actor's (their graphs share no parameter:
-the actor's loss sees the critics' parameters detached). The same ops on the same inputs with
-the same random draws: the same losses and gradients, bit for bit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 from collections.abc import Callable, Sequence
@@ -41,9 +31,8 @@ import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from engine_rl.algos import worker
 from engine_rl.algos.actors import TanhGaussianActor
-from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression_of, read_transition
+from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
 
 __all__ = ["QEnsemble", "SACLoss"]
 
@@ -160,13 +149,6 @@ class SACLoss(nn.Module):
         alpha_init: initial temperature (> 0).
         learn_alpha: tune ``log_alpha`` (``loss_alpha`` is returned); else ``alpha`` stays fixed.
         target_entropy: entropy target of the temperature loss; default ``-action_dim``.
-        worker_thread: compute the critics' values and the TD target, and back-propagate the
-            critics' loss, on a worker thread beside the caller's work (see the module docstring;
-            forward hooks of ``critic`` run on both threads, those of ``target_critic`` on the
-            worker). Worth it on CPU with one torch thread per op, where the two threads use two
-            cores (``README.md``: a SAC update on Pendulum sizes in about 0.7 of the time); with
-            more torch threads per op both threads' ops compete for the same cores. Not for
-            ``retain_graph=True``.
 
     Examples:
         >>> import gymnasium as gym
@@ -194,7 +176,6 @@ class SACLoss(nn.Module):
         alpha_init: float = 1.0,
         learn_alpha: bool = True,
         target_entropy: float | None = None,
-        worker_thread: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(actor, TanhGaussianActor):
@@ -212,94 +193,36 @@ class SACLoss(nn.Module):
         self.learn_alpha = learn_alpha
         self.target_entropy = float(-actor.action_dim if target_entropy is None else target_entropy)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init)), requires_grad=learn_alpha)
-        self.worker_thread = bool(worker_thread)
 
     @property
     def alpha(self) -> float:
         """The current temperature ``exp(log_alpha)``."""
         return float(self.log_alpha.detach().exp())
 
-    @torch.no_grad()
-    def _td_target(self, next_obs: torch.Tensor, reward: torch.Tensor, not_terminated: torch.Tensor,
-                   alpha: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
-        next_action, next_log_prob = self.actor.sample(next_obs, noise)
-        return self._soft_target(next_obs, next_action, next_log_prob, reward, not_terminated, alpha)
-
-    @torch.no_grad()
-    def _soft_target(self, next_obs: torch.Tensor, next_action: torch.Tensor, next_log_prob: torch.Tensor,
-                     reward: torch.Tensor, not_terminated: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        next_q = self.target_critic(next_obs, next_action).amin(0)
-        # soft TD target: y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))
-        soft_next_value = next_q - alpha * next_log_prob
-        return torch.addcmul(reward, not_terminated.to(reward.dtype), soft_next_value, value=self.gamma)
-
-    def _on_worker(self, state: tuple[tuple[str, bool, torch.dtype], bool], fn: Callable[..., torch.Tensor],
-                   *args: torch.Tensor) -> torch.Tensor:
-        autocast, grad_enabled = state
-        with worker.in_autocast(autocast), torch.set_grad_enabled(grad_enabled):
-            return fn(*args)
-
-    def _sample_terms(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        q_values = self.critic(obs, action)
-        new_action, log_prob = self.actor.sample(obs)
-        q_new = self.critic(obs, new_action, detach_params=True).amin(0)
-        return q_values, log_prob, q_new
-
-    def _two_threads(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, reward: torch.Tensor,
-                     not_terminated: torch.Tensor, alpha: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The forward split 4 products to 4 (of 256x256 size, for 256x256 networks; one per critic):
-
-        - worker: ``Q_i(s, a)`` (2), then the target critics at ``(s', a')`` (2) and ``y``;
-        - here: the actor at ``s'`` (1, handed to the worker), then at ``s`` (1) and
-          ``Q_i(s, a~)`` (2).
-        """
-        state = (worker.autocast_state(obs.device.type), torch.is_grad_enabled())
-        critic_future = worker.submit(self._on_worker, state, self.critic, obs, action)
-        try:
-            with torch.no_grad():  # the s' draws first, as on one thread
-                next_action, next_log_prob = self.actor.sample(next_obs)
-        except BaseException:
-            with contextlib.suppress(BaseException):
-                critic_future.result()
-            raise
-        target_future = worker.submit(self._on_worker, state, self._soft_target, next_obs, next_action,
-                                      next_log_prob, reward, not_terminated, alpha)
-
-        def actor_terms() -> tuple[torch.Tensor, torch.Tensor]:
-            new_action, log_prob = self.actor.sample(obs)
-            return log_prob, self.critic(obs, new_action, detach_params=True).amin(0)
-
-        try:
-            (log_prob, q_new), target = worker.result_after(target_future, actor_terms)
-        finally:
-            q_values_or_error = critic_future.exception()  # waits; both tasks are done past this point
-        if q_values_or_error is not None:
-            raise q_values_or_error
-        return critic_future.result(), log_prob, q_new, target
-
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="SACLoss")
         alpha = self.log_alpha.detach().exp()
 
-        if self.worker_thread:
-            q_values, log_prob, q_new, target = self._two_threads(obs, action, next_obs, reward, not_terminated, alpha)
-        else:
-            target = self._td_target(next_obs, reward, not_terminated, alpha, None)
-            q_values, log_prob, q_new = self._sample_terms(obs, action)
+        with torch.no_grad():
+            next_action, next_log_prob = self.actor.sample(next_obs)
+            next_q = self.target_critic(next_obs, next_action).amin(0)
+            # soft TD target: y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))
+            target = reward + self.gamma * not_terminated * (next_q - alpha * next_log_prob)
+        loss_qvalue = 0.5 * q_regression(self.critic, obs, action, target, sample)
 
-        loss_qvalue = 0.5 * q_regression_of(q_values, target, sample)
+        # the actor: a~ ~ pi(.|s) reparameterized, the critics' parameters held fixed
+        new_action, log_prob = self.actor.sample(obs)
+        q_new = self.critic(obs, new_action, detach_params=True).amin(0)
         loss_actor = (alpha * log_prob - q_new).mean()
-        if self.worker_thread:  # the critics' backward on the worker, the actor's here
-            loss_qvalue, loss_actor = worker.parallel_backward(loss_qvalue, loss_actor)
 
         out = {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue}
-        log_prob_d = log_prob.detach()
+        log_prob = log_prob.detach()
         if self.learn_alpha:
-            out["loss_alpha"] = -(self.log_alpha * (log_prob_d + self.target_entropy)).mean()
+            # the temperature grows while the policy's entropy (-log pi) is below target_entropy
+            out["loss_alpha"] = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
         out["alpha"] = alpha
-        out["entropy"] = -log_prob_d.mean()
+        out["entropy"] = -log_prob.mean()
         return TensorDict(out, batch_size=[])
 
     def extra_repr(self) -> str:
-        return (f"gamma={self.gamma}, learn_alpha={self.learn_alpha}, target_entropy={self.target_entropy}, "
-                f"worker_thread={self.worker_thread}")
+        return f"gamma={self.gamma}, learn_alpha={self.learn_alpha}, target_entropy={self.target_entropy}"

@@ -16,13 +16,6 @@ need no engine support:
 The critics' loss is ``sum_i mean((Q_i(s, a) - y)^2)`` and the actor's ``-mean(Q_1(s, mu(s)))``
 with the critics' parameters detached (only the first critic, as in the paper). Actions are
 handled in the unit box ``[-1, 1]`` and scaled to the env's bounds by :class:`TanhActor`.
-
-With ``worker_thread=True`` the TD target (the target actor and critics at ``s'``, no
-gradients) is computed on a worker thread (:mod:`engine_rl.algos.worker`) while the calling
-thread runs the critics (and, on actor steps, the actor) on the sample, and on actor steps the
-critics' loss is back-propagated on the worker while the calling thread back-propagates the
-actor's; the smoothing noise is drawn on the calling thread first, so the losses and gradients
-are the same, bit for bit.
 """
 
 from __future__ import annotations
@@ -35,10 +28,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from engine_rl.algos import worker
 from engine_rl.algos.actors import box_bounds
-from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression_of, read_transition
-from engine_rl.algos.networks import mlp, output_dtype
+from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
+from engine_rl.algos.networks import mlp
 from engine_rl.exploration import SeededPolicyWrapper
 
 __all__ = ["GaussianNoise", "TanhActor", "TD3Loss"]
@@ -170,9 +162,6 @@ class TD3Loss(nn.Module):
         policy_delay: critic updates per actor update (>= 1).
         target_noise: std of the target policy smoothing noise (unit-box units, >= 0).
         noise_clip: the smoothing noise is clipped to ``[-noise_clip, noise_clip]`` (>= 0).
-        worker_thread: compute the TD target (and, on actor steps, back-propagate the critics'
-            loss) on a worker thread beside the caller's work (see the module docstring); worth
-            it on CPU with one torch thread per op. Not for ``retain_graph=True``.
 
     Examples:
         >>> import gymnasium as gym
@@ -201,7 +190,6 @@ class TD3Loss(nn.Module):
         policy_delay: int = 2,
         target_noise: float = 0.2,
         noise_clip: float = 0.5,
-        worker_thread: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(actor, TanhActor):
@@ -222,55 +210,28 @@ class TD3Loss(nn.Module):
         self.target_noise = float(target_noise)
         self.noise_clip = float(noise_clip)
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
-        self.worker_thread = bool(worker_thread)
-
-    @torch.no_grad()
-    def _td_target(self, next_obs: torch.Tensor, reward: torch.Tensor, not_terminated: torch.Tensor,
-                   draws: torch.Tensor | None) -> torch.Tensor:
-        next_unit = self.target_actor.unit_action(next_obs)
-        draws = torch.randn_like(next_unit) if draws is None else draws
-        noise = (draws * self.target_noise).clamp(-self.noise_clip, self.noise_clip)
-        next_q = self.target_critic(next_obs, (next_unit + noise).clamp(-1.0, 1.0)).amin(0)
-        # TD target: y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')
-        return torch.addcmul(reward, not_terminated.to(reward.dtype), next_q, value=self.gamma)
-
-    def _td_target_in(self, autocast: tuple[str, bool, torch.dtype], *args: torch.Tensor) -> torch.Tensor:
-        with worker.in_autocast(autocast):
-            return self._td_target(*args)
-
-    def _sample_terms(self, obs: torch.Tensor, action: torch.Tensor, actor_step: bool) -> tuple[Any, Any]:
-        q_values = self.critic(obs, action)
-        if not actor_step:
-            return q_values, None
-        return q_values, self.critic(obs, self.actor.unit_action(obs), detach_params=True, first=1)[0]
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
         obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="TD3Loss")
         self.updates += 1
-        actor_step = int(self.updates) % self.policy_delay == 0
 
-        if self.worker_thread:
-            # the smoothing draws here, in the dtype of the target actor's output layer (what
-            # randn_like gives on one thread for an mlp() actor), then the target pass beside
-            # the sample's passes
-            draws = torch.randn(*next_obs.shape[:-1], self.target_actor.action_dim,
-                                dtype=output_dtype(self.target_actor.net), device=next_obs.device)
-            future = worker.submit(self._td_target_in, worker.autocast_state(next_obs.device.type),
-                                   next_obs, reward, not_terminated, draws)
-            (q_values, q_pi), target = worker.result_after(future, lambda: self._sample_terms(obs, action, actor_step))
-        else:
-            target = self._td_target(next_obs, reward, not_terminated, None)
-            q_values, q_pi = self._sample_terms(obs, action, actor_step)
+        with torch.no_grad():
+            # target policy smoothing: a' = clip(mu'(s') + clip(N(0, sigma), -c, c), -1, 1)
+            next_action = self.target_actor.unit_action(next_obs)
+            noise = (torch.randn_like(next_action) * self.target_noise).clamp(-self.noise_clip, self.noise_clip)
+            next_q = self.target_critic(next_obs, (next_action + noise).clamp(-1.0, 1.0)).amin(0)
+            # TD target: y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')
+            target = reward + self.gamma * not_terminated * next_q
+        out = {"loss_qvalue": q_regression(self.critic, obs, action, target, sample)}
 
-        out = {"loss_qvalue": q_regression_of(q_values, target, sample)}
-        if q_pi is not None:
+        if int(self.updates) % self.policy_delay == 0:  # delayed policy update
+            # the actor ascends Q_1(s, mu(s)); the critics' parameters are held fixed
+            q_pi = self.critic(obs, self.actor.unit_action(obs), detach_params=True, first=1)[0]
             out["loss_actor"] = -q_pi.mean()
-            if self.worker_thread:  # the critics' backward on the worker, the actor's here
-                out["loss_qvalue"], out["loss_actor"] = worker.parallel_backward(out["loss_qvalue"], out["loss_actor"])
         return TensorDict(out, batch_size=[])
 
     def extra_repr(self) -> str:
         return (
             f"gamma={self.gamma}, policy_delay={self.policy_delay}, target_noise={self.target_noise}, "
-            f"noise_clip={self.noise_clip}, worker_thread={self.worker_thread}"
+            f"noise_clip={self.noise_clip}"
         )

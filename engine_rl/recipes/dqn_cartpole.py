@@ -5,12 +5,7 @@ frame), lr 2.3e-3, batch 64, 256x256 MLP, epsilon 1 -> 0.04 over 16% of 50k fram
 refreshed between training phases. Here: 32 env copies filling a 256-frame batch, then
 128 optim steps; the target network is hard-copied every 128 optim steps (once per batch);
 double-DQN targets; and the learning rate decays linearly to 0 (``lr_end``), which keeps the
-final policy from the late collapses DQN is known for on CartPole. Each batch's 128 samples are
-drawn in one go, with the target network's values for all of them from a few large forward
-passes (``sample_ahead``; the target network only changes between batches), run on a worker
-thread, 1024 rows at a time, while the optim steps train on the rows already done
-(``target_worker``). The loss computes the Q network's gradients itself, with the backward
-written by hand (``fused_loss``: bitwise autograd's gradients, without autograd's bookkeeping).
+final policy from the late collapses DQN is known for on CartPole.
 """
 
 from __future__ import annotations
@@ -24,11 +19,11 @@ from ignite.engine import Events
 from ignite.handlers import PiecewiseLinear
 
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
-from engine_rl.algos.dqn import TARGET_CHUNK_ROWS
 from engine_rl.collectors import AsyncCollector, GymCollector, SharedReplayBuffer, make_vec_env
+from engine_rl.compile import compile_loss
 from engine_rl.engine import create_trainer
-from engine_rl.optim import FastAdam
 from engine_rl.exploration import EpsilonGreedy
+from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
 from handlers import (
@@ -50,9 +45,8 @@ class DQNConfig:
     """Gymnasium id of an environment with a discrete action space."""
     num_envs: int = 32
     """Environment copies stepped together by the collector (rl-zoo: 1). More copies decorrelate
-    each batch: over seeds 0-9 the run ends at a mean return of 341 with 1 copy, 384 with 4,
-    430 with 8, 432 with 16, 485 with 32 and 391 with 64; over seeds 0-19, 453 with 8 and 469
-    with 32 (``README.md``)."""
+    each batch (8 steps of 32 episodes rather than 256 steps of one); 32 ended higher than 1-16
+    over seeds 0-9 (``docs/benchmarks.md``)."""
     vectorization: str = "vector_entry_point"
     """Gymnasium vectorization: 'vector_entry_point' (numpy-batched, fastest when the env has one), 'sync' or 'async'."""
     total_frames: int = 50_000
@@ -70,10 +64,8 @@ class DQNConfig:
     lr: float = 2.3e-3
     """Adam learning rate at the start of the run."""
     lr_end: float | None = 0.0
-    """Learning rate reached linearly at the end of the run (None: constant ``lr``). The decay
-    steadies the end-of-run policy (on the first development CPU seeds 0/1/2 ended at 500/500/500,
-    and one of three collapsed to 36 with a constant lr; with 8 env copies on an AVX-512 CPU seeds 0-4 end at
-    296/500/500/500/479)."""
+    """Learning rate reached linearly at the end of the run (None: constant ``lr``, as rl-zoo).
+    The decay steadies the end-of-run policy against DQN's late collapses on CartPole."""
     gamma: float = 0.99
     """Discount factor."""
     hidden: tuple[int, ...] = (256, 256)
@@ -90,25 +82,6 @@ class DQNConfig:
     """Hard target-network copy every this many optim steps (ignored when ``target_tau`` is set)."""
     target_tau: float | None = None
     """Soft (Polyak) target update rate applied every optim step instead of hard copies (None: hard)."""
-    sample_ahead: bool = True
-    """Draw a batch's ``optim_steps_per_batch`` samples in one go and run the target network over
-    all of them in 1024-row passes (``ReplaySampler(prefetch=...)`` with
-    ``DQNLoss.add_target_values``): the same rows as one draw per step, and the same targets
-    while the target network is unchanged (the loss checks; with ``target_tau`` it changes every
-    step, so only the sampling is done ahead). Ignored with ``prioritized`` or ``async_collection``."""
-    target_worker: bool | None = None
-    """With ``sample_ahead`` and hard target copies: run those target-network passes on a worker
-    thread, 1024 rows at a time, while the optim steps train on the rows already done
-    (``ReplaySampler(background=True)``). The same values; on CPU the passes use the second core.
-    ``None`` (the default): on if torch runs one intra-op thread when the recipe is built, off with
-    more (``--threads 2``), where both threads' ops would split over the same cores and
-    oversubscribe them (seed 0 without evaluations on this 2-core box: 97 and 100 s with the
-    worker, 48 and 45 s without)."""
-    fused_loss: bool = True
-    """Compute the Q network's gradients in the loss with a hand-written backward, outside
-    autograd, when the network qualifies (the default MLP; ``engine_rl.algos.dqn_fused``,
-    ``DQNLoss(write_gradients=True)``): bitwise autograd's gradients, so the same training, in
-    less time (``tests/benchmarks/dqn_step.py``, ``README.md``); false gives autograd's path."""
     max_grad_norm: float = 10.0
     """Gradient clipping by global norm (<= 0 disables)."""
     prioritized: bool = False
@@ -118,10 +91,8 @@ class DQNConfig:
     beta: float = 0.4
     """Prioritized replay: initial importance-sampling exponent (annealed to 1 over the run)."""
     eval_every: int = 4
-    """Evaluate every this many batches (and at the end of the run); the best evaluation's policy
-    is the run's best checkpoint. Every 4 batches (1,024 frames) the best checkpoints of seeds 0-9
-    score 497.0 on average on fresh episodes (all >= 475), every 20 batches 491.6 (9 of 10); the
-    extra evaluations cost a few seconds per run."""
+    """Evaluate every this many batches (1,024 frames; and at the end of the run); the best
+    evaluation's policy is kept as the run's best checkpoint (``RUN/best/``)."""
     eval_episodes: int = 10
     """Deterministic (greedy) evaluation episodes per evaluation."""
     eval_seed: int = 10_000
@@ -133,6 +104,10 @@ class DQNConfig:
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
     finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
     (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
+    compile: bool = False
+    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
+    graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
+    on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
     seed: int = 0
     """Seed of torch, the collector's envs and exploration, and the replay sampler."""
 
@@ -183,8 +158,8 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     if not cfg.async_collection:
         collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
                                  info_keys=cfg.info_keys)
-    loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double, write_gradients=cfg.fused_loss)
-    optimizer = FastAdam(qnet.parameters(), lr=cfg.lr)  # the fused kernel, with a lean step()
+    loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
+    optimizer = adam(qnet.parameters(), lr=cfg.lr)
 
     total_steps = cfg.num_batches * cfg.optim_steps_per_batch
     sampler = (
@@ -201,7 +176,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
                                    info_keys=cfg.info_keys)
 
     trainer = create_trainer(
-        collector, loss, optimizer,
+        collector, compile_loss(loss, enabled=cfg.compile), optimizer,
         total_frames=cfg.total_frames,
         learning_starts=cfg.learning_starts,
         optim_steps_per_batch=cfg.optim_steps_per_batch,
@@ -215,20 +190,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         collector.attach(trainer)  # stop the worker before the final evaluation
     else:
         ReplayExtender(buffer).attach(trainer)
-    ahead = cfg.sample_ahead and not cfg.prioritized and not cfg.async_collection
-    targets_ahead = ahead and cfg.target_tau is None
-    replay_sampler = ReplaySampler(
-        buffer, cfg.batch_size,
-        prefetch=cfg.optim_steps_per_batch if ahead else 1,
-        transform=loss.add_target_values if targets_ahead else None,
-        transform_rows=-(-TARGET_CHUNK_ROWS // cfg.batch_size) * cfg.batch_size if targets_ahead else None,
-        background=targets_ahead and (cfg.target_worker if cfg.target_worker is not None
-                                      else torch.get_num_threads() == 1),
-        # what the loss and the priority updates read: uniform weights (all ones) are left out,
-        # so the loss skips multiplying by them (the same values)
-        keys=[*loss.in_keys, "index", *(["weight"] if cfg.prioritized else [])],
-    )
-    replay_sampler.attach(trainer)
+    ReplaySampler(buffer, cfg.batch_size).attach(trainer)
     if cfg.prioritized:
         PriorityUpdater(buffer).attach(trainer)
     if cfg.max_grad_norm > 0:
@@ -251,5 +213,5 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         },
         eval_policy=greedy,
         total_frames=cfg.total_frames,
-        closers=[collector.shutdown, eval_env.close, replay_sampler.close],
+        closers=[collector.shutdown, eval_env.close],
     )

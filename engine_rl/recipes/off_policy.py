@@ -1,8 +1,9 @@
-"""What the continuous-control off-policy recipes share: their config fields and the env check.
+"""What the continuous-control off-policy recipes share: config fields, the env check, the build tail.
 
 ``sac-pendulum`` and ``td3-pendulum`` subclass :class:`OffPolicyConfig` and redeclare the fields
 whose defaults (and rl-zoo notes) differ; :func:`make_box_env` builds the training env and
-refuses one without a continuous action space.
+refuses one without a continuous action space; :func:`build_off_policy` assembles the rest
+(replay, trainer, evaluation) around a recipe's networks, loss and optimizers.
 """
 
 from __future__ import annotations
@@ -11,11 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import torch
 
 from engine_rl.collectors import make_vec_env
-from engine_rl.precision import PRECISIONS
+from engine_rl.compile import compile_loss
+from engine_rl.engine import create_trainer
+from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
+from engine_rl.recipes.base import Setup
+from engine_rl.replay import ReplayBuffer
+from handlers import ReplayExtender, ReplaySampler, ValidationRollout
 
-__all__ = ["OffPolicyConfig", "make_box_env"]
+__all__ = ["OffPolicyConfig", "build_off_policy", "make_box_env"]
 
 
 @dataclass(kw_only=True)
@@ -60,6 +67,10 @@ class OffPolicyConfig:
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
     'bfloat16' (autocast; faster updates on a CPU with native bfloat16; parameters, gradients,
     optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
+    compile: bool = False
+    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
+    graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
+    on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
     seed: int = 0
     """Seed of torch, the collector's envs, the exploration and the replay sampler."""
 
@@ -120,3 +131,47 @@ def make_box_env(cfg: OffPolicyConfig, *, algo: str) -> Any:
             "(use a discrete-action algorithm such as DQN)"
         )
     return env
+
+
+def build_off_policy(
+    cfg: OffPolicyConfig,
+    *,
+    collector: Any,
+    loss: torch.nn.Module,
+    optimizers: dict[str, torch.optim.Optimizer],
+    eval_policy: torch.nn.Module,
+    to_save: dict[str, Any],
+) -> Setup:
+    """The part of an off-policy recipe after its networks: replay, trainer, evaluation.
+
+    A uniform :class:`~engine_rl.replay.ReplayBuffer` of ``min(buffer_size, total_frames)`` rows
+    filled on every batch and sampled ``batch_size`` rows per optim step; the loss under the
+    config's ``precision`` and ``compile``; ``steps_per_batch`` optim steps per batch once
+    ``learning_starts`` frames are in; a deterministic evaluation every ``eval_every`` batches.
+    The recipe attaches its target-network updaters to the returned ``Setup.trainer``.
+    """
+    buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed)
+    dtype = compute_dtype(cfg.precision, owner=type(cfg).__name__)
+    trained_loss = loss if dtype is None else AutocastLoss(loss, dtype)
+    trainer = create_trainer(
+        collector, compile_loss(trained_loss, enabled=cfg.compile), optimizers,
+        total_frames=cfg.total_frames,
+        learning_starts=cfg.learning_starts,
+        optim_steps_per_batch=cfg.steps_per_batch,
+    )
+    ReplayExtender(buffer).attach(trainer)
+    ReplaySampler(buffer, cfg.batch_size).attach(trainer)
+
+    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization)
+    ValidationRollout(eval_env, eval_policy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
+                      seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
+    return Setup(
+        trainer=trainer,
+        to_save={
+            "trainer": trainer, "loss": loss, "replay": buffer, "collector": collector, **to_save,
+            **{f"{name}_optimizer": opt for name, opt in optimizers.items()},
+        },
+        eval_policy=eval_policy,
+        total_frames=cfg.total_frames,
+        closers=[collector.shutdown, eval_env.close],
+    )

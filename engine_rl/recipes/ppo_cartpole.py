@@ -24,8 +24,9 @@ from torch import nn
 from engine_rl.algos.policies import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
 from engine_rl.collectors import GymCollector, make_vec_env
+from engine_rl.compile import compile_loss
 from engine_rl.engine import create_trainer
-from engine_rl.optim import FastAdam
+from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from handlers.advantage import GAEAdvantage
 from handlers.kl_stop import KLEarlyStop
@@ -97,12 +98,6 @@ class PPOConfig:
     """Scale rewards by the running std of the discounted return."""
     nan_guard: bool = True
     """Stop with an error at the first NaN/Inf in observations, rewards, losses or gradients."""
-    fused_loss: bool = True
-    """Compute the loss and its gradients with a hand-written backward when the policy qualifies
-    (categorical actions, the default MLPs; ``engine_rl.algos.ppo_fused``), with tanh as
-    ``2 * sigmoid(2z) - 1`` on CPU, and run that backward in the loss call, outside autograd
-    (``PPOLoss(write_gradients=True)``: the same gradients). ``tests/benchmarks/ppo_step.py``
-    and ``README.md`` have the figures; false gives autograd's path and ``torch.tanh``."""
     eval_every: int = 40
     """Evaluate every this many batches (and at the end of the run)."""
     eval_episodes: int = 10
@@ -113,6 +108,10 @@ class PPOConfig:
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
     finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
     (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
+    compile: bool = False
+    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
+    graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
+    on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
     seed: int = 0
     """Seed of torch, the envs, the policy's sampling and the minibatch shuffling."""
 
@@ -187,13 +186,11 @@ def build_ppo(cfg: PPOConfig) -> Setup:
                              info_keys=cfg.info_keys)
     loss = PPOLoss(
         policy, clip_epsilon=cfg.clip_epsilon, value_clip=cfg.value_clip, value_coef=cfg.value_coef,
-        entropy_coef=cfg.entropy_coef, normalize_advantage=cfg.normalize_advantage, fused=cfg.fused_loss,
-        write_gradients=cfg.fused_loss,
+        entropy_coef=cfg.entropy_coef, normalize_advantage=cfg.normalize_advantage,
     )
-    # Adam's fused kernel for all parameters, with a lean step() (engine_rl.optim)
-    optimizer = FastAdam(policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+    optimizer = adam(policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
     trainer = create_trainer(
-        collector, loss, optimizer,
+        collector, compile_loss(loss, enabled=cfg.compile), optimizer,
         total_frames=cfg.total_frames,
         num_epochs=cfg.num_epochs,
         optim_steps_per_batch=cfg.minibatches,

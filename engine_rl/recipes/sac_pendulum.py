@@ -20,14 +20,11 @@ import torch
 
 from engine_rl.algos.actors import RandomWarmup, TanhGaussianActor
 from engine_rl.algos.sac import QEnsemble, SACLoss
-from engine_rl.collectors import GymCollector, make_vec_env
-from engine_rl.engine import create_trainer
-from engine_rl.optim import FastAdam
-from engine_rl.precision import AutocastLoss, compute_dtype
+from engine_rl.collectors import GymCollector
+from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
-from engine_rl.recipes.off_policy import OffPolicyConfig, make_box_env
-from engine_rl.replay import ReplayBuffer
-from handlers import ReplayExtender, ReplaySampler, TargetNetUpdater, ValidationRollout
+from engine_rl.recipes.off_policy import OffPolicyConfig, build_off_policy, make_box_env
+from handlers import TargetNetUpdater
 
 __all__ = ["SACConfig", "build_sac"]
 
@@ -48,16 +45,8 @@ class SACConfig(OffPolicyConfig):
     """Deterministic (mean action) evaluation episodes per evaluation."""
     precision: str = "float32"
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
-    'bfloat16' (autocast; about 1.3x faster updates on a CPU with native bfloat16; parameters,
-    gradients, optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
-    worker_thread: bool | None = None
-    """Use a second thread in each update (``SACLoss(worker_thread=True)``): the critics' values
-    and the TD target (the target critics at the actor's s' draw) are computed on it while the
-    actor and the critics at the actor's action run here, and the critics' loss is
-    back-propagated on it while the actor's is back-propagated here. The same
-    values bit for bit, on the second core. ``None`` (the default): on if torch runs one
-    intra-op thread when the recipe is built, off with more (``--threads 2``), where both
-    threads' ops would split over the same cores."""
+    'bfloat16' (autocast: faster updates on a CPU with native bfloat16; parameters, gradients,
+    optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up actions and the replay sampler."""
 
@@ -79,43 +68,15 @@ def build_sac(cfg: SACConfig) -> Setup:
     loss = SACLoss(
         actor, critic, gamma=cfg.gamma, alpha_init=cfg.alpha_init, learn_alpha=cfg.learn_alpha,
         target_entropy=cfg.target_entropy,
-        worker_thread=cfg.worker_thread if cfg.worker_thread is not None else torch.get_num_threads() == 1,
     )
     explore = RandomWarmup(actor, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
     collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
                              info_keys=cfg.info_keys)
-    # Adam's fused kernel (one per optimizer step) with a lean step() (engine_rl.optim)
-    optimizers = {
-        "actor": FastAdam(actor.parameters(), lr=cfg.lr),
-        "critic": FastAdam(critic.parameters(), lr=cfg.lr),
-    }
+    optimizers = {"actor": adam(actor.parameters(), lr=cfg.lr), "critic": adam(critic.parameters(), lr=cfg.lr)}
     if cfg.learn_alpha:
-        optimizers["alpha"] = FastAdam([loss.log_alpha], lr=cfg.lr)
-    buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed)
+        optimizers["alpha"] = adam([loss.log_alpha], lr=cfg.lr)
 
-    dtype = compute_dtype(cfg.precision, owner="SACConfig")
-    trainer = create_trainer(
-        collector, loss if dtype is None else AutocastLoss(loss, dtype, device_type="cpu"), optimizers,
-        total_frames=cfg.total_frames,
-        learning_starts=cfg.learning_starts,
-        optim_steps_per_batch=cfg.steps_per_batch,
-    )
-    ReplayExtender(buffer).attach(trainer)
-    ReplaySampler(buffer, cfg.batch_size).attach(trainer)
-    TargetNetUpdater(critic, loss.target_critic, tau=cfg.tau).attach(trainer)
-
-    eval_policy = actor.deterministic()
-    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization)
-    ValidationRollout(eval_env, eval_policy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
-                      seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
-
-    return Setup(
-        trainer=trainer,
-        to_save={
-            "trainer": trainer, "loss": loss, "replay": buffer, "collector": collector, "warmup": explore,
-            **{f"{name}_optimizer": opt for name, opt in optimizers.items()},
-        },
-        eval_policy=eval_policy,
-        total_frames=cfg.total_frames,
-        closers=[collector.shutdown, eval_env.close],
-    )
+    setup = build_off_policy(cfg, collector=collector, loss=loss, optimizers=optimizers,
+                             eval_policy=actor.deterministic(), to_save={"warmup": explore})
+    TargetNetUpdater(critic, loss.target_critic, tau=cfg.tau).attach(setup.trainer)
+    return setup

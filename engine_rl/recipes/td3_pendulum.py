@@ -20,14 +20,11 @@ import torch
 from engine_rl.algos.actors import RandomWarmup
 from engine_rl.algos.sac import QEnsemble
 from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
-from engine_rl.collectors import GymCollector, make_vec_env
-from engine_rl.engine import create_trainer
-from engine_rl.optim import FastAdam
-from engine_rl.precision import AutocastLoss, compute_dtype
+from engine_rl.collectors import GymCollector
+from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
-from engine_rl.recipes.off_policy import OffPolicyConfig, make_box_env
-from engine_rl.replay import ReplayBuffer
-from handlers import ReplayExtender, ReplaySampler, TargetNetUpdater, ValidationRollout
+from engine_rl.recipes.off_policy import OffPolicyConfig, build_off_policy, make_box_env
+from handlers import TargetNetUpdater
 
 __all__ = ["TD3Config", "build_td3"]
 
@@ -62,13 +59,6 @@ class TD3Config(OffPolicyConfig):
     """Clip of the target policy smoothing noise (SB3: 0.5)."""
     eval_episodes: int = 10
     """Deterministic (noise-free) evaluation episodes per evaluation."""
-    worker_thread: bool | None = None
-    """Use a second thread in each update (``TD3Loss(worker_thread=True)``): the TD target
-    (the target actor and critics at s') is computed on it while the critics and the actor run on the sample, and the
-    critics' loss is back-propagated on it while the actor's is back-propagated here. The same
-    values bit for bit, on the second core. ``None`` (the default): on if torch runs one
-    intra-op thread when the recipe is built, off with more (``--threads 2``), where both
-    threads' ops would split over the same cores."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up and exploration noise, and the replay sampler."""
 
@@ -92,39 +82,16 @@ def build_td3(cfg: TD3Config) -> Setup:
     actor = TanhActor.build(obs_dim, space, hidden=cfg.hidden)
     critic = QEnsemble(obs_dim, actor.action_dim, cfg.hidden, num_q=2)
     loss = TD3Loss(actor, critic, gamma=cfg.gamma, policy_delay=cfg.policy_delay,
-                   target_noise=cfg.target_noise, noise_clip=cfg.noise_clip,
-                   worker_thread=cfg.worker_thread if cfg.worker_thread is not None else torch.get_num_threads() == 1)
+                   target_noise=cfg.target_noise, noise_clip=cfg.noise_clip)
     noisy = GaussianNoise(actor, std=cfg.exploration_noise, seed=cfg.seed + 1)
     explore = RandomWarmup(noisy, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
     collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
                              info_keys=cfg.info_keys)
-    optimizers = {"actor": FastAdam(actor.parameters(), lr=cfg.lr), "critic": FastAdam(critic.parameters(), lr=cfg.lr)}
-    buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed)
+    optimizers = {"actor": adam(actor.parameters(), lr=cfg.lr), "critic": adam(critic.parameters(), lr=cfg.lr)}
 
-    dtype = compute_dtype(cfg.precision, owner="TD3Config")
-    trainer = create_trainer(
-        collector, loss if dtype is None else AutocastLoss(loss, dtype, device_type="cpu"), optimizers,
-        total_frames=cfg.total_frames,
-        learning_starts=cfg.learning_starts,
-        optim_steps_per_batch=cfg.steps_per_batch,
-    )
-    ReplayExtender(buffer).attach(trainer)
-    ReplaySampler(buffer, cfg.batch_size).attach(trainer)
+    setup = build_off_policy(cfg, collector=collector, loss=loss, optimizers=optimizers, eval_policy=actor,
+                             to_save={"exploration": explore})
     # on the actor's update steps (the loss's calls policy_delay, 2 * policy_delay, ...)
-    TargetNetUpdater(critic, loss.target_critic, tau=cfg.tau, every=cfg.policy_delay).attach(trainer)
-    TargetNetUpdater(actor, loss.target_actor, tau=cfg.tau, every=cfg.policy_delay).attach(trainer)
-
-    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization)
-    ValidationRollout(eval_env, actor, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
-                      seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
-
-    return Setup(
-        trainer=trainer,
-        to_save={
-            "trainer": trainer, "loss": loss, "replay": buffer, "collector": collector, "exploration": explore,
-            **{f"{name}_optimizer": opt for name, opt in optimizers.items()},
-        },
-        eval_policy=actor,
-        total_frames=cfg.total_frames,
-        closers=[collector.shutdown, eval_env.close],
-    )
+    TargetNetUpdater(critic, loss.target_critic, tau=cfg.tau, every=cfg.policy_delay).attach(setup.trainer)
+    TargetNetUpdater(actor, loss.target_actor, tau=cfg.tau, every=cfg.policy_delay).attach(setup.trainer)
+    return setup

@@ -10,10 +10,8 @@ from ignite.handlers import Checkpoint
 
 from engine_rl.cli import main
 from engine_rl.commands.eval import evaluate_checkpoint
-from engine_rl.events import RLEvents
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config, train
-from handlers import ReplaySampler
 
 
 def _lines(path):
@@ -56,81 +54,6 @@ def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
         assert torch.equal(a, b)
     setup.close()
     assert json.loads((out / "config.json").read_text())["total_frames"] == 3072
-
-
-@pytest.mark.parametrize(
-    "overrides, blocks, precomputed",
-    [
-        ({}, "per batch", True),  # one draw and one target forward per batch, used by every step
-        ({"target_worker": False}, "per batch", True),  # the same passes, on the learner's thread
-        ({"target_tau": 0.005}, "per batch", False),  # soft updates change the target every step
-        ({"prioritized": True}, "per step", False),
-        ({"sample_ahead": False}, "per step", False),
-    ],
-)
-def test_recipe_samples_a_whole_batch_of_optim_steps_at_once(overrides, blocks, precomputed):
-    cfg = make_config("dqn-cartpole", {"total_frames": 1536, "learning_starts": 512, "eval_every": 100,
-                                       "eval_episodes": 1, **overrides})
-    setup = get_recipe("dqn-cartpole").build(cfg)
-    trainer = setup.trainer
-    (sampler,) = [f for f, *_ in trainer._event_handlers[RLEvents.SAMPLE_REQUESTED] if isinstance(f, ReplaySampler)]
-    trainer.run()
-    setup.close()
-    assert trainer.state.optim_steps == 128 * 5  # batches 2..6 of 256 frames learn
-    assert sampler.blocks_drawn == (5 if blocks == "per batch" else 128 * 5)
-    assert trainer.loss_module.precomputed_steps == (128 * 5 if precomputed else 0)
-
-
-def test_target_worker_trains_the_same_network_as_the_learners_thread():
-    nets = []
-    for worker in (True, False):
-        cfg = make_config("dqn-cartpole", {"total_frames": 1536, "learning_starts": 512, "eval_every": 100,
-                                           "eval_episodes": 1, "target_worker": worker})
-        setup = get_recipe("dqn-cartpole").build(cfg)
-        (sampler,) = [f for f, *_ in setup.trainer._event_handlers[RLEvents.SAMPLE_REQUESTED]
-                      if isinstance(f, ReplaySampler)]
-        assert sampler.background is worker and sampler.transform_rows == 1024
-        setup.trainer.run()
-        setup.close()
-        assert sampler._worker is None  # the recipe's closers stop the thread
-        nets.append(setup.to_save["qnet"].state_dict())
-    assert all(torch.equal(nets[0][k], nets[1][k]) for k in nets[0])
-
-
-def test_fused_loss_trains_the_same_network_and_metrics_as_autograd(tmp_path):
-    runs = []
-    for fused in (True, False):
-        out = tmp_path / f"fused-{fused}"
-        assert main(["train", "dqn-cartpole", "--frames", "1536", "--seed", "1", "--out", str(out), "--no-progress",
-                     "--set", "learning_starts=512", "--set", "eval_every=2", "--set", "eval_episodes=2",
-                     "--set", f"fused_loss={str(fused).lower()}"]) == 0
-        lines = [{k: v for k, v in r.items() if k not in ("fps", "optim_steps_per_s", "time")}
-                 for r in _lines(out / "metrics.jsonl")]
-        runs.append((lines, torch.load(out / "policy.pt", weights_only=True)))
-    (fused_lines, fused_net), (autograd_lines, autograd_net) = runs
-    assert [r["loss"] for r in fused_lines if r["kind"] == "train" and "loss" in r]  # it trained
-    assert fused_lines == autograd_lines
-    assert all(torch.equal(fused_net[k], autograd_net[k]) for k in autograd_net)
-
-
-def test_recipe_loss_writes_its_gradients_by_default():
-    cfg = make_config("dqn-cartpole", {"total_frames": 768, "learning_starts": 512, "eval_every": 100,
-                                       "eval_episodes": 1})
-    setup = get_recipe("dqn-cartpole").build(cfg)
-    setup.trainer.run()
-    setup.close()
-    assert setup.trainer.loss_module.write_gradients and setup.trainer.loss_module.wrote_gradients
-    assert setup.trainer.state.optim_steps == 2 * 128  # batches 2 and 3 learn
-
-
-@pytest.mark.parametrize("threads, setting, background", [(1, None, True), (2, None, False), (2, True, True),
-                                                         (1, False, False)])
-def test_target_worker_defaults_on_with_one_torch_thread_only(threads, setting, background, build_with_threads):
-    setup = build_with_threads("dqn-cartpole", {"target_worker": setting}, threads)
-    (sampler,) = [f for f, *_ in setup.trainer._event_handlers[RLEvents.SAMPLE_REQUESTED]
-                  if isinstance(f, ReplaySampler)]
-    setup.close()
-    assert sampler.background is background
 
 
 def test_cli_errors_name_the_problem(capsys):

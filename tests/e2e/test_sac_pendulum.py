@@ -130,11 +130,3 @@ def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, precision):
     summary = train("sac-pendulum", cfg, tmp_path, progress=False)
     assert summary["frames"] == 20_000
     assert summary["eval_return_mean"] >= -200, summary
-
-
-@pytest.mark.parametrize("threads,setting,on", [(1, None, True), (2, None, False), (2, True, True), (1, False, False)])
-def test_worker_thread_defaults_on_with_one_torch_thread_only(threads, setting, on, build_with_threads):
-    setup = build_with_threads("sac-pendulum", {"worker_thread": setting}, threads)
-    loss = setup.to_save["loss"]
-    setup.close()
-    assert loss.worker_thread is on

@@ -132,11 +132,3 @@ def test_td3_pendulum_learns_within_20k_frames(tmp_path):
     summary = train("td3-pendulum", make_config("td3-pendulum", {"seed": 0}), tmp_path, progress=False)
     assert summary["frames"] == 20_000
     assert summary["eval_return_mean"] >= -200, summary
-
-
-@pytest.mark.parametrize("threads,setting,on", [(1, None, True), (2, None, False), (2, True, True), (1, False, False)])
-def test_worker_thread_defaults_on_with_one_torch_thread_only(threads, setting, on, build_with_threads):
-    setup = build_with_threads("td3-pendulum", {"worker_thread": setting}, threads)
-    loss = setup.to_save["loss"]
-    setup.close()
-    assert loss.worker_thread is on
