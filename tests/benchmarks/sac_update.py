@@ -8,15 +8,11 @@ Variants, interleaved and repeated (medians reported):
   then temperature loss backward + step; PyTorch's default (per-parameter) Adam on the CPU).
 - ``engine``: :class:`engine_rl.algos.SACLoss` over a stacked :class:`QEnsemble` (one batched
   matmul per layer for both critics, critics' parameters detached in the actor loss), the three
-  losses summed and back-propagated once, FastAdam, one fused soft target update.
+  losses summed and back-propagated once, ``torch.optim.Adam(fused=True)``, one soft target update.
 - ``engine_bfloat16``: the same under :class:`engine_rl.precision.AutocastLoss` with bfloat16
   (what ``--set precision=bfloat16`` builds): matmuls in bfloat16, output layers, parameters,
   gradients and optimizer state in float32. ``native_bfloat16`` says whether this CPU has
   bfloat16 dot products (without them bfloat16 is emulated and slower).
-- ``engine_worker_thread`` and ``engine_bfloat16_worker_thread``: the two above with
-  ``SACLoss(worker_thread=True)``: the critics' values and the TD target computed, and the
-  critics' loss back-propagated, on a worker thread beside the caller's passes (the same gradients, bit for
-  bit).
 
 ``output_layer_us``: forward plus backward of the critics' last layer (2 critics, 256 rows,
 256 -> 1) as a batched matmul (``torch.baddbmm``) vs the broadcast multiply-sum that
@@ -46,7 +42,7 @@ from engine_rl.algos.actors import TanhGaussianActor
 from engine_rl.algos.networks import mlp
 from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.events import RLEvents
-from engine_rl.optim import FastAdam
+from engine_rl.optim import adam
 from engine_rl.precision import AutocastLoss, native_bfloat16
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config
@@ -68,13 +64,13 @@ def _sample() -> TensorDict:
     )
 
 
-def make_engine_step(dtype: torch.dtype | None = None, *, worker_thread: bool = False):
+def make_engine_step(dtype: torch.dtype | None = None):
     torch.manual_seed(0)
     actor = TanhGaussianActor.build(OBS, gym.spaces.Box(-2.0, 2.0, (ACT,)), hidden=HIDDEN)
     critic = QEnsemble(OBS, ACT, HIDDEN)
-    loss = SACLoss(actor, critic, worker_thread=worker_thread)
+    loss = SACLoss(actor, critic)
     groups = (actor.parameters(), critic.parameters(), [loss.log_alpha])
-    opts = [FastAdam(p, lr=1e-3) for p in groups]
+    opts = [adam(p, lr=1e-3) for p in groups]
     target = SoftUpdate(critic, loss.target_critic, tau=0.005)
     td = _sample()
     loss_fn = loss if dtype is None else AutocastLoss(loss, dtype)
@@ -185,8 +181,6 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     reps, n = (3, 10) if args.quick else (9, 30)
     steps = {"engine": make_engine_step(), "engine_bfloat16": make_engine_step(torch.bfloat16),
-             "engine_worker_thread": make_engine_step(worker_thread=True),
-             "engine_bfloat16_worker_thread": make_engine_step(torch.bfloat16, worker_thread=True),
              "sb3_style": make_sb3_style_step()}
     med = interleaved(steps, reps, n, 1e3)
     layer = interleaved({"baddbmm": make_output_layer("baddbmm"), "multiply_sum": make_output_layer("sum")},
@@ -202,10 +196,6 @@ def main() -> None:
         "native_bfloat16": native_bfloat16(),
         "engine_bfloat16_ms_per_update": round(med["engine_bfloat16"], 3),
         "ratio_bfloat16_over_float32": round(med["engine_bfloat16"] / med["engine"], 3),
-        "engine_worker_thread_ms_per_update": round(med["engine_worker_thread"], 3),
-        "engine_bfloat16_worker_thread_ms_per_update": round(med["engine_bfloat16_worker_thread"], 3),
-        "ratio_worker_thread_float32": round(med["engine_worker_thread"] / med["engine"], 3),
-        "ratio_worker_thread_bfloat16": round(med["engine_bfloat16_worker_thread"] / med["engine_bfloat16"], 3),
         "output_layer_us": {k: round(v, 1) for k, v in layer.items()},
         "ratio_multiply_sum_over_baddbmm": round(layer["multiply_sum"] / layer["baddbmm"], 3),
         "recipe_ms_per_frame": round(recipe_ms_per_frame(300 if args.quick else 1100), 3),

@@ -26,12 +26,12 @@ evaluation protocol (10 deterministic episodes on a 10-copy vector env reset wit
 copy ``i`` seeded ``10000 + i``, the first episode of each copy counted: identical initial states
 on both sides). Known difference: engine_rl's dqn-cartpole collects its 256-frame batches from 32
 env copies (``--variant num_envs=1`` runs it on one), SB3 (rl-zoo) from one env; the optim steps
-(128 per 256 frames after 1000 frames) and every other value are the same. Its target-network
-passes run on a second thread beside the one torch thread (``target_worker``; ``--variant
-target_worker=false`` keeps them on the learner's thread); ``cpu_ratio`` counts both threads.
+(128 per 256 frames after 1000 frames) and every other value are the same. Neither side runs
+threads of its own beyond torch's one.
 
 ``--variant KEY=VALUE`` (repeatable) adds a third arm, ``variant``: the engine recipe with those
-``--set`` overrides (e.g. ``--variant precision=bfloat16`` for sac-pendulum's bfloat16 matmuls),
+``--set`` overrides (e.g. ``--variant compile=true``, or ``--variant precision=bfloat16`` for
+sac-pendulum's bfloat16 matmuls),
 reported as ``variant_*`` figures next to the default recipe's.
 
 Repetitions are interleaved per algorithm (sb3, engine[, variant], then reversed, ...) and
