@@ -8,13 +8,10 @@ from engine_rl.collectors.episodes import run_episodes
 from engine_rl.collectors.gym import EnvError, GymCollector, GymStepper, Policy, policy_device
 from engine_rl.collectors.torch_env import TorchEnvCollector
 from engine_rl.collectors.async_collector import AsyncCollector, AsyncCollectorError
-from engine_rl.collectors.shared import SharedReplayBuffer, SharedWriter
 
 __all__ = [
     "AsyncCollector",
     "AsyncCollectorError",
-    "SharedReplayBuffer",
-    "SharedWriter",
     "EnvError",
     "GymCollector",
     "GymStepper",

@@ -3,7 +3,7 @@
 :class:`AsyncCollector` starts a worker process (``forkserver`` by default: forking a process
 that runs torch threads is unsafe) that owns its env and its own copy of the policy, steps them
 with a :class:`~engine_rl.collectors.GymCollector` and writes every batch straight into a
-:class:`~engine_rl.collectors.SharedReplayBuffer` while the learner optimizes. The trainer
+:class:`~engine_rl.replay.SharedReplayBuffer` while the learner optimizes. The trainer
 iterates the collector like any other: each batch it yields holds the frames the worker wrote
 since the previous one (flat, ``[n]``), already in the buffer — so ``state.frames`` counts
 collected frames and ``BATCH_COLLECTED`` handlers (episode statistics) see them, but **no**
@@ -70,8 +70,8 @@ from torch import nn
 
 from engine_rl.collectors.async_worker import _FRAMES, _POLL_S, _W_SEEN, _W_SEQ, _worker_main
 from engine_rl.collectors.info import check_info_keys
-from engine_rl.collectors.shared import SharedReplayBuffer
 from engine_rl.keys import format_key
+from engine_rl.replay import SharedReplayBuffer
 from engine_rl.replay.storage import nest_keys
 
 __all__ = ["AsyncCollector", "AsyncCollectorError"]
@@ -134,7 +134,7 @@ class AsyncCollector:
             which :meth:`update_policy_weights_` refreshes.
         frames_per_batch: frames of each batch the worker collects (a multiple of the env's
             ``num_envs``) — the unit it writes in.
-        buffer: the :class:`~engine_rl.collectors.SharedReplayBuffer` the worker writes and the
+        buffer: the :class:`~engine_rl.replay.SharedReplayBuffer` the worker writes and the
             learner samples; its capacity must be at least ``(2 * max_ahead + 1) * frames_per_batch``.
         seed: seed of the worker's envs (copy ``i`` gets ``seed + i``).
         max_ahead: batches the worker may write before the learner takes them.
@@ -149,6 +149,7 @@ class AsyncCollector:
         >>> from functools import partial
         >>> from engine_rl.algos import QValuePolicy
         >>> from engine_rl.collectors import make_vec_env
+        >>> from engine_rl.replay import SharedReplayBuffer
         >>> policy = QValuePolicy(nn.Linear(4, 2))
         >>> buffer = SharedReplayBuffer(1_000, seed=0)
         >>> with AsyncCollector(partial(make_vec_env, "CartPole-v1", 2), policy,

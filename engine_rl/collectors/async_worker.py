@@ -22,7 +22,8 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.collectors.gym import GymCollector
-from engine_rl.collectors.shared import SharedWriter
+from engine_rl.replay import SharedWriter
+from engine_rl.replay.storage import batch_rows
 
 #: Slots of the shared int64 counters: weights version written, version loaded, frames collected.
 _W_SEQ, _W_SEEN, _FRAMES = 0, 1, 2
@@ -88,8 +89,8 @@ class _Worker:
             block = False
             kind = command[0]
             if kind == "writer":
-                data, counters, start, capacity = command[1]
-                self.writer = SharedWriter(data, counters, start=start, capacity=capacity)
+                data, counters, cursor = command[1]
+                self.writer = SharedWriter(data, counters, cursor=cursor)
             elif kind == "state":
                 state = {"collector": self.collector.state_dict(), "policy": self.policy.state_dict()}
                 self.results.put(("state", command[1], state))
@@ -102,8 +103,7 @@ class _Worker:
 
     def run(self) -> None:
         batch = self.collect()
-        rows = {k if isinstance(k, tuple) else (k,): v for k, v in batch.reshape(-1).items(True, True)}
-        self.results.put(("first", rows))
+        self.results.put(("first", batch_rows(batch)))
         while self.writer is None:
             if not self.running():
                 return

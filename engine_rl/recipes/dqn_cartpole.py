@@ -19,13 +19,13 @@ from ignite.engine import Events
 from ignite.handlers import PiecewiseLinear
 
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
-from engine_rl.collectors import AsyncCollector, GymCollector, SharedReplayBuffer, make_vec_env
+from engine_rl.collectors import AsyncCollector, GymCollector, make_vec_env
 from engine_rl.compile import compile_loss
 from engine_rl.engine import create_trainer
 from engine_rl.exploration import EpsilonGreedy
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
-from engine_rl.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
+from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
 from handlers import (
     GradClipper,
     PriorityUpdater,

@@ -2,11 +2,14 @@
 
 :class:`ReplayBuffer` is the entry point; :class:`UniformSampler` and :class:`PrioritizedSampler`
 choose rows; :class:`SumTree` (and :class:`MinTree`) hold priorities; :class:`TensorStorage`
-keeps rows in memory or in memory-mapped files.
+keeps rows in memory or in memory-mapped files. :class:`SharedReplayBuffer` is a buffer in
+shared memory that another process writes (through a :class:`SharedWriter`) while this one
+samples: the :class:`~engine_rl.collectors.AsyncCollector`'s.
 """
 
 from engine_rl.replay.buffer import ReplayBuffer
 from engine_rl.replay.samplers import PrioritizedSampler, Sampler, UniformSampler
+from engine_rl.replay.shared import SharedReplayBuffer, SharedWriter
 from engine_rl.replay.storage import TensorStorage
 from engine_rl.replay.sumtree import MinTree, SumTree
 
@@ -15,6 +18,8 @@ __all__ = [
     "PrioritizedSampler",
     "ReplayBuffer",
     "Sampler",
+    "SharedReplayBuffer",
+    "SharedWriter",
     "SumTree",
     "TensorStorage",
     "UniformSampler",

@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from engine_rl.keys import MASK_KEY, format_key
 from engine_rl.replay.samplers import Sampler, UniformSampler
-from engine_rl.replay.storage import TensorStorage
+from engine_rl.replay.storage import TensorStorage, batch_rows
 
 __all__ = ["ReplayBuffer"]
 
@@ -130,23 +130,17 @@ class ReplayBuffer:
         """
         if not isinstance(td, TensorDictBase):
             raise TypeError(f"ReplayBuffer.extend: td must be a TensorDict, got {type(td).__name__}")
-        batch_dims, n = td.batch_dims, td.batch_size.numel()
-        rows: dict[tuple[str, ...], torch.Tensor] = {}
-        mask = None
-        for key, value in td.items(include_nested=True, leaves_only=True):
-            key = (key,) if isinstance(key, str) else key
-            if key == MASK_KEY:
-                mask = value
-            else:
-                rows[key] = value.reshape(n, *value.shape[batch_dims:])
+        n = td.batch_size.numel()
+        rows = batch_rows(td)
+        mask = rows.pop(MASK_KEY, None)
         reserved = [format_key(k) for k in _RESERVED if k in rows]
         if reserved:
             raise KeyError(f"ReplayBuffer.extend: keys {reserved} are added by sample() and cannot be stored")
         if mask is not None:
-            if mask.dtype != torch.bool or mask.shape[:batch_dims] != td.batch_size or mask.numel() != n:
+            if mask.dtype != torch.bool or mask.numel() != n:
                 raise ValueError(
                     f"ReplayBuffer.extend: {format_key(MASK_KEY)!r} must be a bool tensor shaped like the batch "
-                    f"{tuple(td.batch_size)}, got {mask.dtype} {tuple(mask.shape)}"
+                    f"{tuple(td.batch_size)}, got {mask.dtype} {tuple(td.get(MASK_KEY).shape)}"
                 )
             mask = mask.reshape(n)
             if not bool(mask.all()):

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from engine_rl.keys import format_key
 
-__all__ = ["TensorStorage", "flatten_keys", "nest_keys"]
+__all__ = ["TensorStorage", "batch_rows", "flatten_keys", "nest_keys"]
 
 Key = tuple[str, ...]
 
@@ -38,6 +38,23 @@ def flatten_keys(nested: Mapping[str, Any], prefix: Key = ()) -> dict[Key, Any]:
         else:
             flat[(*prefix, name)] = value
     return flat
+
+
+def batch_rows(td: TensorDictBase) -> dict[Key, torch.Tensor]:
+    """The tensor leaves of ``td`` as rows, by tuple key: ``[*batch_size, *row_shape]`` becomes
+    ``[n, *row_shape]`` (a view where the layout allows). Non-tensor entries are left out.
+
+    Examples:
+        >>> td = TensorDict({"observation": torch.zeros(2, 3, 4), "next": {"reward": torch.ones(2, 3)}}, [2, 3])
+        >>> {key: tuple(row.shape) for key, row in batch_rows(td).items()}
+        {('observation',): (6, 4), ('next', 'reward'): (6,)}
+    """
+    n, dims = td.batch_size.numel(), td.batch_dims
+    rows: dict[Key, torch.Tensor] = {}
+    for key, value in td.items(include_nested=True, leaves_only=True):
+        if isinstance(value, torch.Tensor):
+            rows[(key,) if isinstance(key, str) else tuple(key)] = value.reshape(n, *value.shape[dims:])
+    return rows
 
 
 class TensorStorage:
@@ -146,7 +163,69 @@ class TensorStorage:
             }
         self._keys = tuple(self._data)
 
-    def _check_rows(self, rows: Mapping[Key, torch.Tensor], where: str) -> None:
+    @classmethod
+    def over(
+        cls, data: Mapping[Key, torch.Tensor], *, cursor: int = 0, size: int = 0, name: str = "TensorStorage"
+    ) -> TensorStorage:
+        """A storage of the given ``[capacity, *row_shape]`` tensors, used as they are (not
+        copied): e.g. another storage's :attr:`data` moved to shared memory, which a second
+        process writes through this one while the first counts the rows in with :meth:`advance`.
+
+        Args:
+            data: tuple key -> tensor, all with the same leading size (the capacity).
+            cursor: the next row to write.
+            size: the rows already held.
+            name: how error messages name the owner.
+
+        Examples:
+            >>> reader = TensorStorage(4)
+            >>> _ = reader.extend({("obs",): torch.zeros(1, 1)})
+            >>> writer = TensorStorage.over(reader.share_memory_().data, cursor=reader.cursor)
+            >>> writer.extend({("obs",): torch.tensor([[1.0], [2.0]])}).tolist()  # in another process, usually
+            [1, 2]
+            >>> reader.advance(2).tolist(), reader.get(torch.arange(3))["obs"].squeeze(1).tolist()
+            ([1, 2], [0.0, 1.0, 2.0])
+        """
+        data = dict(data)
+        capacities = {t.shape[0] if t.dim() else 0 for t in data.values()}
+        if not data or len(capacities) != 1 or 0 in capacities:
+            shapes = {format_key(k): tuple(t.shape) for k, t in data.items()}
+            raise ValueError(
+                f"{name}: TensorStorage.over needs tensors with one common leading size > 0, got shapes {shapes}"
+            )
+        capacity = capacities.pop()
+        if not (0 <= cursor < capacity and 0 <= size <= capacity):
+            raise ValueError(
+                f"{name}: TensorStorage.over needs 0 <= cursor < {capacity} and 0 <= size <= {capacity}, "
+                f"got cursor {cursor!r}, size {size!r}"
+            )
+        devices = {t.device for t in data.values()}
+        if len(devices) != 1:
+            found = sorted(map(str, devices))
+            raise ValueError(f"{name}: TensorStorage.over needs the tensors on one device, got {found}")
+        storage = cls(capacity, device=devices.pop(), name=name)
+        storage._data, storage._keys = data, tuple(data)
+        storage._cursor, storage._size = int(cursor), int(size)
+        return storage
+
+    def share_memory_(self) -> TensorStorage:
+        """Move the rows to shared memory, in place (:attr:`data` keeps the same tensors), so that
+        another process may write them (see :meth:`over`). In-memory CPU storage only; returns
+        ``self``."""
+        if not self._data:
+            raise ValueError(f"{self._name}.share_memory_: nothing allocated yet; call extend() first")
+        if self._memmap or self._device.type != "cpu":
+            where = "memory-mapped files" if self._memmap else f"device {self._device}"
+            raise ValueError(f"{self._name}.share_memory_: needs rows in CPU memory, these are in {where}")
+        for tensor in self._data.values():
+            tensor.share_memory_()
+        return self
+
+    def check_rows(self, rows: Mapping[Key, torch.Tensor], *, where: str) -> None:
+        """Raise unless ``rows`` (tuple key -> ``[n, *row_shape]``) have exactly the stored keys,
+        row shapes and dtypes; ``where`` names the caller in the error (``"<name>.<where>: ..."``)."""
+        if not self._data:
+            raise ValueError(f"{self._name}.{where}: nothing allocated yet; call extend() first")
         if tuple(rows) != self._keys and set(rows) != set(self._keys):
             missing = sorted(format_key(k) for k in set(self._keys) - set(rows))
             extra = sorted(format_key(k) for k in set(rows) - set(self._keys))
@@ -181,7 +260,7 @@ class TensorStorage:
         if not self._data:
             self._allocate(rows)
         else:
-            self._check_rows(rows, "extend")
+            self.check_rows(rows, where="extend")
         n = sizes.pop()
         cap = self._capacity
         start = self._cursor
@@ -205,7 +284,7 @@ class TensorStorage:
 
     def advance(self, n: int) -> torch.Tensor:
         """Count ``n`` rows that were written straight into :attr:`data` at the cursor (by another
-        process sharing it, see :class:`engine_rl.collectors.SharedReplayBuffer`): move the
+        process sharing it, see :meth:`over` and :class:`engine_rl.replay.SharedReplayBuffer`): move the
         cursor and size as :meth:`extend` would, without copying. Returns their positions.
 
         Examples:
@@ -267,7 +346,7 @@ class TensorStorage:
             if not self._data:
                 self._allocate(rows)
             else:
-                self._check_rows(rows, "load_state_dict")
+                self.check_rows(rows, where="load_state_dict")
             for key, row in rows.items():
                 if row.shape[0] != size:
                     raise ValueError(

@@ -30,7 +30,8 @@ def warm_forkserver() -> None:
     from torch import nn
 
     from engine_rl.algos import QValuePolicy
-    from engine_rl.collectors import AsyncCollector, SharedReplayBuffer, make_vec_env
+    from engine_rl.collectors import AsyncCollector, make_vec_env
+    from engine_rl.replay import SharedReplayBuffer
 
     collector = AsyncCollector(partial(make_vec_env, "CartPole-v1", 2), QValuePolicy(nn.Linear(4, 2)),
                                frames_per_batch=32, buffer=SharedReplayBuffer(1_000), seed=0)

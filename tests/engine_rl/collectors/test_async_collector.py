@@ -1,4 +1,6 @@
-"""AsyncCollector and SharedReplayBuffer: a worker process writes the replay buffer while the learner trains.
+"""AsyncCollector: a worker process writes the shared replay buffer while the learner trains.
+
+The buffer itself (one process, a racing writer thread) is tested in tests/engine_rl/replay/test_shared.py.
 
 The worker-process tests share one forkserver (started by the first test, ~5 s on the CI box);
 each collector then starts in well under a second.
@@ -13,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from functools import partial
 
@@ -26,12 +27,10 @@ from torch import nn
 
 from engine_rl import RLEvents, create_trainer
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
-from engine_rl.collectors import AsyncCollector, AsyncCollectorError, SharedReplayBuffer, make_vec_env
-from engine_rl.collectors.shared import _SEQ, _WRITING_END
+from engine_rl.collectors import AsyncCollector, AsyncCollectorError, make_vec_env
 from engine_rl.exploration import EpsilonGreedy
-from engine_rl.replay import PrioritizedSampler, ReplayBuffer
 from engine_rl.recipes.base import RECIPES, get_recipe
-from engine_rl.replay.storage import TensorStorage
+from engine_rl.replay import ReplayBuffer, SharedReplayBuffer
 from handlers import ReplaySampler, Throughput, WeightSync
 
 CARTPOLE = partial(make_vec_env, "CartPole-v1", 2)
@@ -77,21 +76,6 @@ def cartpole_with_step_info():
     return gym.vector.SyncVectorEnv([lambda: StepInfo(gym.make("CartPole-v1"))] * 2)
 
 
-def rows(values, *, width=3):
-    """Rows whose every entry equals the row's value: a half-written row shows up as a mismatch."""
-    v = torch.as_tensor(values, dtype=torch.float32)
-    return TensorDict(
-        {"observation": v[:, None].expand(-1, width).clone(), "action": v.long(), ("next", "reward"): v.clone()},
-        [len(v)],
-    )
-
-
-def consistent(td):
-    obs = td["observation"]
-    return bool((obs == obs[:, :1]).all() and (obs[:, 0] == td["action"].float()).all()
-                and (obs[:, 0] == td["next", "reward"]).all())
-
-
 def gone(pid, timeout=5.0):
     """True once process ``pid`` no longer exists (or is a zombie) within ``timeout`` s."""
     deadline = time.monotonic() + timeout
@@ -108,133 +92,6 @@ def gone(pid, timeout=5.0):
 
 def no_worker_left(collector):
     return collector.pid is not None and gone(collector.pid) and not multiprocessing.active_children()
-
-
-# -- the storage hook and the shared buffer, in one process -------------------------------------
-def test_storage_advance_counts_rows_written_in_place_and_checks_n():
-    storage = TensorStorage(4)
-    storage.extend({("x",): torch.zeros(3, 1)})
-    storage.data[("x",)][3] = 7.0
-    storage.data[("x",)][0] = 8.0
-    assert storage.advance(2).tolist() == [3, 0]
-    assert (len(storage), storage.cursor) == (4, 1)
-    assert storage.get(torch.tensor([3, 0]))["x"].squeeze(1).tolist() == [7.0, 8.0]
-    with pytest.raises(ValueError, match=r"TensorStorage.advance: n must be an int in \[0, 4\], got 5"):
-        storage.advance(5)
-    with pytest.raises(ValueError, match="nothing allocated yet"):
-        TensorStorage(2).advance(1)
-
-
-def test_written_rows_become_sampleable_only_once_committed():
-    buffer = SharedReplayBuffer(16, seed=0)
-    buffer.extend(rows([0.0, 0.0]))
-    writer = buffer.writer()
-    assert writer.write(rows([1.0, 1.0, 1.0])) == 3
-    assert buffer.pending == 3 and len(buffer) == 2
-    assert set(buffer.sample(64)["action"].tolist()) == {0}
-    index, writes = buffer.commit()
-    assert index.tolist() == [2, 3, 4] and writes == 1 and len(buffer) == 5 and buffer.pending == 0
-    assert set(buffer.sample(256)["action"].tolist()) == {0, 1}
-    assert buffer.commit()[1] == 0  # nothing new
-
-
-def test_commit_wraps_and_gives_new_rows_the_top_priority():
-    buffer = SharedReplayBuffer(4, sampler=PrioritizedSampler(alpha=1.0), seed=0)
-    buffer.extend(rows([0.0, 0.0, 0.0]))
-    buffer.update_priority(torch.tensor([0, 1, 2]), torch.tensor([5.0, 0.0, 0.0]))
-    writer = buffer.writer()
-    writer.write(rows([1.0, 2.0]))  # positions 3, 0
-    writer.write(rows([3.0]))  # position 1
-    index, writes = buffer.commit()
-    assert index.tolist() == [3, 0, 1] and writes == 2 and buffer.storage.cursor == 2
-    leaves = buffer.sampler.tree.leaves[:4]
-    assert leaves[[3, 0, 1]].tolist() == pytest.approx([5.0] * 3, rel=1e-5)  # the max seen so far
-    assert buffer.storage.get(torch.tensor([0, 1, 3]))["action"].tolist() == [2, 3, 1]
-
-
-def test_sample_redraws_rows_a_write_in_progress_touches():
-    """A sample taken while a write runs never returns the rows that write is overwriting."""
-    buffer = SharedReplayBuffer(8, seed=0)
-    buffer.extend(rows(range(8)))  # full: cursor 0, the writer's next rows are the oldest ones
-    writer = buffer.writer()
-    writer._np = writer._counters.numpy()
-    counters = writer._np
-    counters[_WRITING_END] = 3  # a write of rows 0..2 (positions 0, 1, 2) in progress ...
-    counters[_SEQ] += 1  # ... (odd sequence number)
-    for _ in range(20):
-        assert not set(buffer.sample(8)["index"].tolist()) & {0, 1, 2}
-    counters[_SEQ] += 1
-    assert set().union(*(buffer.sample(8)["index"].tolist() for _ in range(20))) >= {0, 1, 2}
-
-
-def test_no_half_written_row_is_ever_sampled_under_a_racing_writer():
-    """A thread rewrites the oldest rows as fast as it can while samples are checked row by row."""
-    buffer = SharedReplayBuffer(64, seed=0)
-    buffer.extend(rows([0.0] * 64, width=4096))  # wide rows: a write takes long enough to race
-    writer = buffer.writer()
-    stop = threading.Event()
-
-    def write():
-        value = 1.0
-        while not stop.is_set():
-            writer.write(rows([value] * 8, width=4096))
-            value += 1.0
-
-    thread = threading.Thread(target=write)
-    thread.start()
-    try:
-        checked = 0
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            assert consistent(buffer.sample(32))
-            checked += 1
-    finally:
-        stop.set()
-        thread.join()
-    assert checked > 10 and writer.written > 64
-
-
-def test_writer_and_buffer_refuse_misuse_with_clear_errors():
-    buffer = SharedReplayBuffer(8, seed=0)
-    with pytest.raises(ValueError, match="SharedReplayBuffer.writer: nothing allocated yet; extend"):
-        buffer.writer()
-    buffer.extend(rows([0.0]))
-    writer = buffer.writer()
-    with pytest.raises(RuntimeError, match="a writer is already out"):
-        buffer.writer()
-    with pytest.raises(RuntimeError, match="SharedReplayBuffer.extend: a writer is out"):
-        buffer.extend(rows([1.0]))
-    with pytest.raises(KeyError, match=r"SharedWriter.write: keys must match the buffer's; missing \['next.reward'\]"):
-        writer.write(rows([1.0]).exclude(("next", "reward")))
-    with pytest.raises(ValueError, match="key 'observation' expects rows of shape \\(3,\\)"):
-        writer.write(rows([1.0], width=2))
-    with pytest.raises(ValueError, match="a batch of 9 rows does not fit in the buffer's capacity 8"):
-        writer.write(rows([1.0] * 9))
-    mask = rows([1.0]).set(("collector", "mask"), torch.ones(1, dtype=torch.bool))
-    with pytest.raises(ValueError, match="'collector.mask' mask cannot be written"):
-        writer.write(mask)
-    writer.write(rows([1.0, 1.0]))
-    assert buffer.close_writer() == 2  # written, never committed
-    buffer.extend(rows([2.0]))  # the buffer is its own again
-
-
-def test_state_dict_while_a_writer_is_out_copies_and_round_trips_weights_only(tmp_path):
-    buffer = SharedReplayBuffer(8, sampler=PrioritizedSampler(), seed=0)
-    buffer.extend(rows([0.0, 1.0]))
-    writer = buffer.writer()
-    writer.write(rows([2.0, 3.0, 4.0]))
-    buffer.commit()
-    writer.write(rows([5.0]))  # not committed: not in the state
-    state = buffer.state_dict()
-    assert state["storage"]["size"] == 5
-    assert state["storage"]["data"]["action"].data_ptr() != buffer.storage.data[("action",)].data_ptr()
-    torch.save(state, tmp_path / "buffer.pt")
-    loaded = SharedReplayBuffer(8, sampler=PrioritizedSampler(), seed=1)
-    loaded.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=True))
-    assert len(loaded) == 5 and loaded.storage.get(torch.arange(5))["action"].tolist() == [0, 1, 2, 3, 4]
-    assert torch.equal(loaded.sample(16)["index"], buffer.sample(16)["index"])  # same sampler state
-    with pytest.raises(RuntimeError, match="load_state_dict: a writer is out"):
-        buffer.load_state_dict(state)
 
 
 # -- the collector: worker process -----------------------------------------------------------
@@ -454,7 +311,8 @@ def test_worker_exits_when_the_learner_process_is_killed(tmp_path):
         from functools import partial
         from torch import nn
         from engine_rl.algos import QValuePolicy
-        from engine_rl.collectors import AsyncCollector, SharedReplayBuffer, make_vec_env
+        from engine_rl.collectors import AsyncCollector, make_vec_env
+        from engine_rl.replay import SharedReplayBuffer
         if __name__ == "__main__":
             c = AsyncCollector(partial(make_vec_env, "CartPole-v1", 2), QValuePolicy(nn.Linear(4, 2)),
                                frames_per_batch=32, buffer=SharedReplayBuffer(1000), seed=0)

@@ -6,7 +6,7 @@ import torch
 from tensordict import TensorDict
 
 from engine_rl.replay import TensorStorage
-from engine_rl.replay.storage import flatten_keys, nest_keys
+from engine_rl.replay.storage import batch_rows, flatten_keys, nest_keys
 
 
 def _roundtrip(obj):
@@ -148,3 +148,56 @@ def test_state_dict_partial_fill_and_empty():
     assert len(empty) == 0 and empty.keys == ()
     with pytest.raises(ValueError, match="TensorStorage.load_state_dict: capacity 10"):
         TensorStorage(4).load_state_dict(state)
+
+
+def test_advance_counts_rows_written_in_place_and_checks_n():
+    storage = TensorStorage(4)
+    storage.extend({("x",): torch.zeros(3, 1)})
+    storage.data[("x",)][3] = 7.0
+    storage.data[("x",)][0] = 8.0
+    assert storage.advance(2).tolist() == [3, 0]
+    assert (len(storage), storage.cursor) == (4, 1)
+    assert storage.get(torch.tensor([3, 0]))["x"].squeeze(1).tolist() == [7.0, 8.0]
+    with pytest.raises(ValueError, match=r"TensorStorage.advance: n must be an int in \[0, 4\], got 5"):
+        storage.advance(5)
+    with pytest.raises(ValueError, match="nothing allocated yet"):
+        TensorStorage(2).advance(1)
+
+
+def test_a_storage_over_shared_tensors_writes_what_the_owner_counts_in():
+    owner = TensorStorage(4)
+    owner.extend({("x",): torch.zeros(3, 2)})
+    data = owner.share_memory_().data
+    assert data[("x",)].is_shared() and owner.data[("x",)] is data[("x",)]  # in place
+    writer = TensorStorage.over(data, cursor=owner.cursor, name="Writer")
+    assert (writer.capacity, writer.cursor, len(writer)) == (4, 3, 0)
+    assert writer.extend({("x",): torch.ones(2, 2)}).tolist() == [3, 0]
+    assert owner.advance(2).tolist() == [3, 0]
+    assert owner.get(torch.arange(4))["x"][:, 0].tolist() == [1.0, 0.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match=r"Writer.extend: key 'x' expects rows of shape \(2,\) and dtype torch.float"):
+        writer.extend({("x",): torch.ones(1, 3)})
+    with pytest.raises(ValueError, match="Writer: TensorStorage.over needs tensors with one common leading size > 0"):
+        TensorStorage.over({("x",): torch.zeros(4), ("y",): torch.zeros(3)}, name="Writer")
+    with pytest.raises(ValueError, match=r"needs 0 <= cursor < 4 and 0 <= size <= 4, got cursor 4, size 0"):
+        TensorStorage.over(data, cursor=4)
+
+
+def test_share_memory_and_check_rows_refuse_what_they_cannot_do(tmp_path):
+    with pytest.raises(ValueError, match="TensorStorage.share_memory_: nothing allocated yet"):
+        TensorStorage(2).share_memory_()
+    mapped = TensorStorage(2, memmap=True, memmap_dir=tmp_path)
+    mapped.extend({("x",): torch.zeros(1, 1)})
+    with pytest.raises(ValueError, match="share_memory_: needs rows in CPU memory, these are in memory-mapped files"):
+        mapped.share_memory_()
+    with pytest.raises(KeyError, match=r"TensorStorage.probe: keys must match the stored ones; missing \['x'\], "
+                                       r"unexpected \['y'\]"):
+        mapped.check_rows({("y",): torch.zeros(1, 1)}, where="probe")
+    with pytest.raises(ValueError, match="TensorStorage.probe: nothing allocated yet"):
+        TensorStorage(2).check_rows({("y",): torch.zeros(1, 1)}, where="probe")
+
+
+def test_batch_rows_flattens_the_batch_dims_of_every_tensor_leaf():
+    td = TensorDict({"a": torch.arange(6).reshape(2, 3), "next": {"b": torch.zeros(2, 3, 4)}}, [2, 3])
+    rows = batch_rows(td)
+    assert list(rows) == [("a",), ("next", "b")]
+    assert rows[("a",)].tolist() == list(range(6)) and rows[("next", "b")].shape == (6, 4)

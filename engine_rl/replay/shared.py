@@ -14,14 +14,18 @@ once the buffer is full are its oldest rows, still sampleable. A sample that ove
 samples never hold half-written rows; the writer never waits for the reader. The number of
 rows a writer may run ahead of the commits is the caller's to bound (the
 :class:`~engine_rl.collectors.AsyncCollector` allows ``max_ahead`` batches).
+
+Both ends are :class:`~engine_rl.replay.TensorStorage` objects over the same shared tensors:
+the writer's (:meth:`TensorStorage.over <engine_rl.replay.TensorStorage.over>`) writes rows at
+its cursor, the buffer's counts them in with :meth:`TensorStorage.advance
+<engine_rl.replay.TensorStorage.advance>`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
-
-import time
 
 import numpy as np
 import torch
@@ -30,7 +34,7 @@ from tensordict import TensorDict, TensorDictBase
 from engine_rl.keys import MASK_KEY, format_key
 from engine_rl.replay.buffer import ReplayBuffer
 from engine_rl.replay.samplers import Sampler
-from engine_rl.replay.storage import flatten_keys, nest_keys
+from engine_rl.replay.storage import TensorStorage, batch_rows, flatten_keys, nest_keys
 
 __all__ = ["SharedReplayBuffer", "SharedWriter"]
 
@@ -45,28 +49,13 @@ _MAX_REDRAWS = 1000
 _STUCK_S = 2.0
 
 
-def _rows(td: TensorDictBase, owner: str) -> dict[Key, torch.Tensor]:
-    """Tensor leaves of ``td`` flattened to rows ``[n, *row_shape]``, by tuple key."""
-    n, dims = td.batch_size.numel(), td.batch_dims
-    rows: dict[Key, torch.Tensor] = {}
-    for key, value in td.items(include_nested=True, leaves_only=True):
-        if not isinstance(value, torch.Tensor):
-            continue
-        key = (key,) if isinstance(key, str) else tuple(key)
-        if key == MASK_KEY:
-            raise ValueError(
-                f"{owner}: batches with a {format_key(MASK_KEY)!r} mask cannot be written; drop masked rows first"
-            )
-        rows[key] = value.reshape(n, *value.shape[dims:])
-    return rows
-
-
 class SharedWriter:
     """The writing end of a :class:`SharedReplayBuffer`, used in another process.
 
     It holds the buffer's shared storage tensors and counters (``torch.multiprocessing``
     passes them by shared-memory handle) and appends whole batches at the buffer's cursor,
-    wrapping around. Build it with :meth:`SharedReplayBuffer.writer`.
+    wrapping around. Build it with :meth:`SharedReplayBuffer.writer`; in the other process,
+    rebuild it from its :attr:`parts`.
 
     Examples:
         >>> buffer = SharedReplayBuffer(8, seed=0)
@@ -78,20 +67,18 @@ class SharedWriter:
         (3, 2)
     """
 
-    def __init__(self, data: Mapping[Key, torch.Tensor], counters: torch.Tensor, *, start: int, capacity: int) -> None:
-        self._data = dict(data)
+    def __init__(self, data: Mapping[Key, torch.Tensor], counters: torch.Tensor, *, cursor: int) -> None:
         self._counters = counters
-        self._start = int(start)
-        self._capacity = int(capacity)
         self._written = int(counters[_WRITTEN])
+        self._storage = TensorStorage.over(data, cursor=cursor, name="SharedWriter")
         self._np: np.ndarray | None = None
 
     @property
-    def parts(self) -> tuple[dict[Key, torch.Tensor], torch.Tensor, int, int]:
-        """``(data, counters, start, capacity)``: plain tensors and ints to send to another process
-        (which rebuilds the writer with ``SharedWriter(data, counters, start=..., capacity=...)``),
-        so unpickling there needs no class of this module."""
-        return self._data, self._counters, self._start, self._capacity
+    def parts(self) -> tuple[dict[Key, torch.Tensor], torch.Tensor, int]:
+        """``(data, counters, cursor)``: plain tensors and an int to send to another process
+        (which rebuilds the writer with ``SharedWriter(data, counters, cursor=cursor)``), so
+        unpickling there needs no class of this module."""
+        return self._storage.data, self._counters, self._storage.cursor
 
     @property
     def written(self) -> int:
@@ -108,35 +95,24 @@ class SharedWriter:
         """
         if self._np is None:
             self._np = self._counters.numpy()
-        rows = _rows(batch, "SharedWriter.write")
-        if set(rows) != set(self._data):
-            missing = sorted(format_key(k) for k in set(self._data) - set(rows))
-            extra = sorted(format_key(k) for k in set(rows) - set(self._data))
-            raise KeyError(f"SharedWriter.write: keys must match the buffer's; missing {missing}, unexpected {extra}")
+        rows = batch_rows(batch)
+        if MASK_KEY in rows:
+            raise ValueError(
+                f"SharedWriter.write: batches with a {format_key(MASK_KEY)!r} mask cannot be written; "
+                "drop masked rows first"
+            )
         n = batch.batch_size.numel()
-        cap = self._capacity
-        if n > cap:
-            raise ValueError(f"SharedWriter.write: a batch of {n} rows does not fit in the buffer's capacity {cap}")
-        for key, row in rows.items():
-            stored = self._data[key]
-            if row.shape[1:] != stored.shape[1:] or row.dtype != stored.dtype:
-                raise ValueError(
-                    f"SharedWriter.write: key {format_key(key)!r} expects rows of shape {tuple(stored.shape[1:])} "
-                    f"and dtype {stored.dtype}, got {tuple(row.shape[1:])} {row.dtype}"
-                )
-        start = (self._start + self._written) % cap
-        end = start + n
+        capacity = self._storage.capacity
+        if n > capacity:
+            raise ValueError(
+                f"SharedWriter.write: a batch of {n} rows does not fit in the buffer's capacity {capacity}"
+            )
+        # refused before the sequence number turns odd: a refused batch leaves no write in progress
+        self._storage.check_rows(rows, where="write")
         counters = self._np
         counters[_WRITING_END] = self._written + n
         counters[_SEQ] += 1  # odd: a write is in progress
-        for key, row in rows.items():
-            dest = self._data[key]
-            if end <= cap:
-                dest[start:end].copy_(row)
-            else:
-                split = cap - start
-                dest[start:].copy_(row[:split])
-                dest[: end - cap].copy_(row[split:])
+        self._storage.extend(rows)
         self._written += n
         counters[_WRITTEN] = self._written
         counters[_WRITES] += 1
@@ -198,17 +174,15 @@ class SharedReplayBuffer(ReplayBuffer):
         """
         if self._writer_out:
             raise RuntimeError("SharedReplayBuffer.writer: a writer is already out; call close_writer() first")
-        data = self.storage.data
-        if not data:
+        if not self.storage.keys:
             raise ValueError(
                 "SharedReplayBuffer.writer: nothing allocated yet; extend() once first (it fixes keys, shapes, dtypes)"
             )
-        for tensor in data.values():
-            tensor.share_memory_()  # in place: the storage keeps using the same tensors
+        self.storage.share_memory_()  # in place: the storage keeps using the same tensors
         self._counters.zero_()
         self._committed = self._commits = 0
         self._writer_out = True
-        return SharedWriter(data, self._counters, start=self.storage.cursor, capacity=self.capacity)
+        return SharedWriter(self.storage.data, self._counters, cursor=self.storage.cursor)
 
     def close_writer(self) -> int:
         """Forget the writer (its process has stopped). Rows it wrote after the last
