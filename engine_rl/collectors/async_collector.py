@@ -27,7 +27,8 @@ lets collection run further ahead and the updates-per-frame ratio (``utd``, logg
 
 Weights. :meth:`AsyncCollector.update_policy_weights_` (what :class:`~handlers.WeightSync`
 calls) copies the learner's weights into a shared-memory copy and bumps a version; the worker
-loads the newest complete version before each batch. Neither side waits for the other.
+loads the newest complete version before each batch. Neither side waits for the other (see
+:class:`~engine_rl.collectors.shared_weights.SharedWeights`).
 
 Failures and shutdown. An exception in the worker (an env error, a policy error) is raised in
 the learner at its next batch as :class:`AsyncCollectorError`, with the worker's traceback; a
@@ -37,6 +38,8 @@ its own once the learner's process is gone, however it ended. :meth:`AsyncCollec
 — called by a ``with`` block, by :meth:`AsyncCollector.attach`'s ``COMPLETED`` handler, by a
 recipe's closers, or at last when the collector is garbage-collected or the interpreter exits —
 stops the worker: ask, join with a timeout, then terminate, then kill. No process outlives it.
+The process plumbing is :mod:`engine_rl.collectors.async_process`, the worker's loop
+:mod:`engine_rl.collectors.async_worker`.
 
 Scripts. The worker is started with ``forkserver`` (or ``spawn``), which imports the main
 module again in the new process: as with any such ``multiprocessing`` use, a script must run
@@ -53,74 +56,27 @@ from __future__ import annotations
 
 import copy
 import pickle
-import queue
-import signal
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
 from gymnasium.vector import VectorEnv
 from ignite.engine import Engine, Events
 from ignite.engine.events import RemovableEventHandle
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from engine_rl.collectors.async_worker import _FRAMES, _POLL_S, _W_SEEN, _W_SEQ, _worker_main
+from engine_rl.collectors.async_process import AsyncCollectorError, WorkerProcess
+from engine_rl.collectors.async_worker import _POLL_S
 from engine_rl.collectors.info import check_info_keys
-from engine_rl.keys import format_key
+from engine_rl.collectors.shared_weights import SharedWeights
 from engine_rl.replay import SharedReplayBuffer
 from engine_rl.replay.storage import nest_keys
 
 __all__ = ["AsyncCollector", "AsyncCollectorError"]
 
-_STOP_S = 5.0  # how long a stopping worker may take before it is terminated
 
-
-class AsyncCollectorError(RuntimeError):
-    """The worker process of an :class:`AsyncCollector` failed or died.
-
-    Attributes:
-        exitcode: the worker's exit code (negative: killed by that signal), or ``None`` if it
-            had not exited when the error was raised.
-        worker_traceback: the traceback text of the worker's exception, if it raised one.
-    """
-
-    def __init__(self, message: str, *, exitcode: int | None = None, worker_traceback: str | None = None) -> None:
-        super().__init__(message)
-        self.exitcode = exitcode
-        self.worker_traceback = worker_traceback
-
-
-def _exit_text(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "is still running"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        return f"was killed by {name} (exit code {exitcode})"
-    return f"exited with code {exitcode}"
-
-
-def _stop_process(process: Any, stop: Any, timeout: float) -> None:
-    """Ask ``process`` to stop; join; terminate; kill. Safe to call more than once."""
-    if process is None or process.pid is None:
-        return
-    stop.set()
-    process.join(timeout)
-    if process.is_alive():
-        process.terminate()
-        process.join(1.0)
-    if process.is_alive():
-        process.kill()
-        process.join(1.0)
-
-
-# ---------------------------------------------------------------------------- learner side
 class AsyncCollector:
     """Collect in a background process that writes a shared replay buffer; iterate the new frames.
 
@@ -210,15 +166,11 @@ class AsyncCollector:
         #: Batches handed to the trainer.
         self.batches = 0
         self._policy = copy.deepcopy(policy)
-        with torch.no_grad():
-            self._weights = TensorDict.from_module(self._policy).data.clone().share_memory_()
-        self._weight_keys = {format_key(k) for k in self._weights.keys(include_nested=True, leaves_only=True)}
-        self._counters = torch.zeros(3, dtype=torch.int64).share_memory_()
-        self._counters_np = self._counters.numpy()
+        self._weights = SharedWeights(self._policy, owner="AsyncCollector.update_policy_weights_")
+        self._worker_frames = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._resume: Mapping[str, Any] | None = None  # worker state to start from
         self._worker_state: dict[str, Any] | None = None  # the latest one received
-        self._process: Any = None
-        self._finalizer: weakref.finalize | None = None
+        self._worker: WorkerProcess | None = None
         self._first: TensorDictBase | None = None
         self._states: dict[int, dict[str, Any]] = {}
         self._requests = 0
@@ -228,54 +180,40 @@ class AsyncCollector:
     @property
     def pid(self) -> int | None:
         """The worker's process id (None before it starts)."""
-        return None if self._process is None else self._process.pid
+        return None if self._worker is None else self._worker.pid
 
     @property
     def is_alive(self) -> bool:
         """True while the worker process runs."""
-        return self._process is not None and self._process.is_alive()
+        return self._worker is not None and self._worker.is_alive
 
     @property
     def worker_frames(self) -> int:
         """Frames the worker has collected so far (read live from shared memory), in flight included."""
-        return int(self._counters_np[_FRAMES])
+        return int(self._worker_frames[0])
 
     @property
     def weights_version(self) -> int:
         """Weight updates pushed by :meth:`update_policy_weights_`."""
-        return int(self._counters_np[_W_SEQ]) // 2
+        return self._weights.version
 
     @property
     def worker_weights_version(self) -> int:
         """The newest of those the worker has loaded."""
-        return int(self._counters_np[_W_SEEN]) // 2
+        return self._weights.loaded_version
 
     # -- lifecycle ------------------------------------------------------------------------
     def _start(self) -> None:
         if self._closed:
             raise RuntimeError("AsyncCollector: shut down; build a new collector to collect again")
-        if self._process is not None:
+        if self._worker is not None:
             return
-        ctx = mp.get_context(self.context)
-        if self.context == "forkserver":
-            ctx.set_forkserver_preload([__name__])  # the server imports torch & co once
-        self._ready, self._space = ctx.Semaphore(0), ctx.Semaphore(self.max_ahead)
-        self._stop = ctx.Event()
-        self._commands, self._results = ctx.Queue(), ctx.Queue()
-        alive_r, self._alive_w = ctx.Pipe(duplex=False)  # the worker watches alive_r for this process's end
         resume, self._resume = pickle.dumps(self._resume), None
-        self._process = ctx.Process(
-            target=_worker_main,
-            name="engine_rl-async-collector",
-            args=(
-                self.env_fn, pickle.dumps(self._policy), self.frames_per_batch, self.seed, resume,
-                self._weights, self._counters, self._ready, self._space, self._stop,
-                self._commands, self._results, alive_r, self.num_threads, self.info_keys,
-            ),
+        job = (
+            self.env_fn, pickle.dumps(self._policy), self.frames_per_batch, self.seed, resume,
+            self._weights, self._worker_frames, self.num_threads, self.info_keys,
         )
-        self._process.start()
-        alive_r.close()
-        self._finalizer = weakref.finalize(self, _stop_process, self._process, self._stop, _STOP_S)
+        self._worker = WorkerProcess(self.context, max_ahead=self.max_ahead, job=job)
 
     def shutdown(self) -> None:
         """Stop the worker (its state is fetched first, for :meth:`state_dict`); idempotent."""
@@ -284,8 +222,8 @@ class AsyncCollector:
     def _shutdown(self, *, fetch_state: bool) -> None:
         if self._closed:
             return
-        process = self._process
-        if fetch_state and process is not None and process.is_alive() and self.buffer.has_writer:
+        worker = self._worker
+        if fetch_state and worker is not None and worker.is_alive and self.buffer.has_writer:
             try:
                 self._worker_state = self._request_state(min(self.timeout, 10.0))
             except AsyncCollectorError:
@@ -293,15 +231,9 @@ class AsyncCollector:
         if self._closed:
             return
         self._closed = True
-        if process is None:
+        if worker is None:
             return
-        _stop_process(process, self._stop, _STOP_S)
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        self._commands.cancel_join_thread()
-        self._commands.close()
-        self._results.close()
-        self._alive_w.close()
+        worker.stop()
         self.buffer.close_writer()
 
     def attach(self, engine: Engine) -> RemovableEventHandle:
@@ -316,10 +248,8 @@ class AsyncCollector:
 
     # -- talking to the worker ------------------------------------------------------------
     def _fail(self, message: str, *, worker_traceback: str | None = None) -> AsyncCollectorError:
-        process = self._process
-        if process.is_alive():
-            process.join(1.0)  # a worker that reported an error is exiting
-        err = AsyncCollectorError(message, exitcode=process.exitcode, worker_traceback=worker_traceback)
+        exitcode = self._worker.wait_exit(1.0)  # a worker that reported an error is exiting
+        err = AsyncCollectorError(message, exitcode=exitcode, worker_traceback=worker_traceback)
         self._shutdown(fetch_state=False)
         return err
 
@@ -341,26 +271,20 @@ class AsyncCollector:
         """Handle the worker's messages (waiting up to ``wait`` s for one); raise if it died."""
         if self._closed:
             raise RuntimeError("AsyncCollector: shut down; build a new collector to collect again")
-        try:
-            self._handle(self._results.get(timeout=wait) if wait > 0 else self._results.get_nowait())
-            while True:
-                self._handle(self._results.get_nowait())
-        except queue.Empty:
-            pass
-        if not self._process.is_alive():
-            try:  # an error message sent just before it exited
-                self._handle(self._results.get(timeout=0.5))
-            except queue.Empty:
-                pass
+        for message in self._worker.receive(wait):
+            self._handle(message)
+        if not self._worker.is_alive:
+            for message in self._worker.receive(0.5):  # an error message sent just before it exited
+                self._handle(message)
             raise self._fail(
-                f"AsyncCollector: the worker process (pid {self.pid}) {_exit_text(self._process.exitcode)} "
+                f"AsyncCollector: the worker process (pid {self.pid}) {self._worker.exit_text()} "
                 "without reporting an error (if it failed while starting, its stderr says why); collection stopped"
             )
 
     def _request_state(self, timeout: float) -> dict[str, Any]:
         self._requests += 1
         request = self._requests
-        self._commands.put(("state", request))
+        self._worker.send(("state", request))
         deadline = time.monotonic() + timeout
         while request not in self._states:
             if time.monotonic() > deadline:
@@ -383,16 +307,16 @@ class AsyncCollector:
                 self._check(wait=_POLL_S)
             batch, self._first = self._first, None
             buffer.extend(batch)
-            self._commands.put(("writer", buffer.writer().parts))
+            self._worker.send(("writer", buffer.writer().parts))
         else:
             while True:
                 index, writes = buffer.commit()
                 if writes:
                     break
-                if not self._ready.acquire(timeout=_POLL_S):
+                if not self._worker.ready.acquire(timeout=_POLL_S):
                     self._check()
             for _ in range(writes):
-                self._space.release()
+                self._worker.space.release()
             batch = buffer.storage.get(index)
         self.frames += batch.numel()
         self.batches += 1
@@ -409,32 +333,8 @@ class AsyncCollector:
                 ``nn.Module`` itself, with the structure of the ``policy`` given at construction.
                 ``None`` does nothing.
         """
-        if weights is None:
-            return
-        if isinstance(weights, nn.Module):
-            weights = TensorDict.from_module(weights)
-        elif isinstance(weights, Mapping) and not isinstance(weights, TensorDictBase):
-            weights = TensorDict(
-                {tuple(k.split(".")): v for k, v in weights.items() if isinstance(v, torch.Tensor)}, batch_size=[]
-            )
-        if not isinstance(weights, TensorDictBase):
-            raise TypeError(
-                "AsyncCollector.update_policy_weights_: weights must be a TensorDict, a state_dict, an nn.Module "
-                f"or None, got {type(weights).__name__}"
-            )
-        got = {format_key(k) for k in weights.keys(include_nested=True, leaves_only=True)}
-        if got != self._weight_keys:
-            raise KeyError(
-                "AsyncCollector.update_policy_weights_: the weights do not match the policy: "
-                f"missing {sorted(self._weight_keys - got)}, unexpected {sorted(got - self._weight_keys)}"
-            )
-        counters = self._counters_np
-        counters[_W_SEQ] += 1  # odd: the worker waits for the copy to finish
-        try:
-            with torch.no_grad():
-                self._weights.update_(weights)
-        finally:
-            counters[_W_SEQ] += 1
+        if weights is not None:
+            self._weights.publish(weights)
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -443,10 +343,10 @@ class AsyncCollector:
         :meth:`shutdown`). Raises :class:`AsyncCollectorError` if the worker died. Tensors,
         numbers, strings and plain containers only."""
         worker = self._worker_state
-        if self._process is not None and not self._closed:
+        if self._worker is not None and not self._closed:
             # a running worker answers; a dead one raises here rather than leave a stale state
             worker = self._worker_state = self._request_state(self.timeout)
-        elif self._process is None and self._resume is not None:
+        elif self._worker is None and self._resume is not None:
             worker = dict(self._resume)
         return {
             "frames": self.frames,
@@ -459,7 +359,7 @@ class AsyncCollector:
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` before the first batch: the worker starts from the saved
         collector and policy state (new episodes if none was saved)."""
-        if self._process is not None:
+        if self._worker is not None:
             raise RuntimeError("AsyncCollector.load_state_dict: the worker already started; load before iterating")
         missing = {"frames", "batches", "worker"} - set(state_dict)
         if missing:
@@ -468,10 +368,10 @@ class AsyncCollector:
         self.batches = int(state_dict["batches"])
         self._resume = state_dict["worker"]
         version = int(state_dict.get("weights_version", 0))
-        self._counters_np[_W_SEQ] = self._counters_np[_W_SEEN] = 2 * version
+        self._weights.set_version(version)
 
     def __repr__(self) -> str:
-        state = "not started" if self._process is None else ("running" if self.is_alive else "stopped")
+        state = "not started" if self._worker is None else ("running" if self.is_alive else "stopped")
         return (
             f"AsyncCollector(frames_per_batch={self.frames_per_batch}, max_ahead={self.max_ahead}, "
             f"frames={self.frames}, worker={state})"

@@ -2,8 +2,10 @@
 
 The worker owns its env and its own copy of the policy, steps them with the ordinary
 :class:`~engine_rl.collectors.GymCollector` (no second rollout loop), loads the newest weights
-the learner published (a seqlock on shared counters), and writes each batch into the shared
-replay buffer when the learner has room for it. Failures go back to the learner as text.
+the learner published (:class:`~engine_rl.collectors.shared_weights.SharedWeights`), and writes
+each batch into the shared replay buffer when the learner has room for it. Failures go back to
+the learner as text. The learner's side of the process is
+:mod:`engine_rl.collectors.async_process`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import pickle
 import queue
 import signal
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -22,15 +23,13 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.collectors.gym import GymCollector
+from engine_rl.collectors.shared_weights import SharedWeights
 from engine_rl.replay import SharedWriter
 from engine_rl.replay.storage import batch_rows
 
-#: Slots of the shared int64 counters: weights version written, version loaded, frames collected.
-_W_SEQ, _W_SEEN, _FRAMES = 0, 1, 2
 _POLL_S = 0.05  # how often a waiting side checks on the other
 
 
-# ----------------------------------------------------------------------------- worker side
 class _Worker:
     """The worker process's loop: sync weights, collect a batch, wait for room, write it."""
 
@@ -38,8 +37,8 @@ class _Worker:
         self,
         collector: GymCollector,
         policy: nn.Module,
-        weights: TensorDictBase,
-        counters: torch.Tensor,
+        weights: SharedWeights,
+        frames: torch.Tensor,
         ready: Any,
         space: Any,
         stop: Any,
@@ -51,7 +50,7 @@ class _Worker:
         self.policy = policy
         self.params = TensorDict.from_module(policy)
         self.weights = weights
-        self.counters = counters.numpy()
+        self.frames = frames.numpy()  # shared: frames collected
         self.ready, self.space, self.stop = ready, space, stop
         self.commands, self.results = commands, results
         self.writer: SharedWriter | None = None
@@ -62,22 +61,6 @@ class _Worker:
         # the learner's process is gone, however it ended (the parent pid says nothing under a
         # forkserver, which outlives the learner as long as this worker runs)
         return not self.stop.is_set() and not self.learner_alive.poll()
-
-    def sync_weights(self) -> None:
-        """Load the newest complete weights the learner published (seqlock: retry a torn copy)."""
-        counters = self.counters
-        while True:
-            seq = int(counters[_W_SEQ])
-            if seq == int(counters[_W_SEEN]):
-                return
-            if seq & 1:  # the learner is copying right now (microseconds)
-                time.sleep(0)
-                continue
-            with torch.no_grad():
-                self.params.update_(self.weights)
-            if int(counters[_W_SEQ]) == seq:
-                counters[_W_SEEN] = seq
-                return
 
     def serve(self, block: bool) -> None:
         """Answer the learner's commands: the writer handle, state requests."""
@@ -96,9 +79,9 @@ class _Worker:
                 self.results.put(("state", command[1], state))
 
     def collect(self) -> TensorDictBase:
-        self.sync_weights()
+        self.weights.load_into(self.params)
         batch = self.collector.collect()
-        self.counters[_FRAMES] += batch.numel()
+        self.frames[0] += batch.numel()
         return batch
 
     def run(self) -> None:
@@ -125,16 +108,16 @@ def _worker_main(
     frames_per_batch: int,
     seed: int | None,
     resume_bytes: bytes,
-    weights: TensorDictBase,
-    counters: torch.Tensor,
+    weights: SharedWeights,
+    frames: torch.Tensor,
+    num_threads: int,
+    info_keys: tuple[str, ...],
     ready: Any,
     space: Any,
     stop: Any,
     commands: Any,
     results: Any,
     learner_alive: Any,
-    num_threads: int,
-    info_keys: tuple[str, ...] = (),
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     torch.set_num_threads(num_threads)
@@ -151,7 +134,7 @@ def _worker_main(
                 policy.load_state_dict(resume["policy"])
             if resume.get("collector") is not None:
                 collector.load_state_dict(resume["collector"])
-        _Worker(collector, policy, weights, counters, ready, space, stop, commands, results, learner_alive).run()
+        _Worker(collector, policy, weights, frames, ready, space, stop, commands, results, learner_alive).run()
     except BaseException as err:  # noqa: BLE001 -- every failure goes to the learner
         failed = True
         results.put(("error", type(err).__name__, str(err), traceback.format_exc()))

@@ -292,4 +292,3 @@ class SharedReplayBuffer(ReplayBuffer):
 
     def __repr__(self) -> str:
         return "Shared" + super().__repr__()
-
