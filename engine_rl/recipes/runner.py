@@ -90,6 +90,11 @@ def _check_same_config(out: Path, name: str, config: Any) -> None:
         )
 
 
+def _path_or_none(path: str | Path | None) -> str | None:
+    """``path`` as a string for ``summary.json``; ``None`` (JSON null) stays ``None``."""
+    return None if path is None else str(path)
+
+
 def _truncate_metrics(path: Path, frames: int) -> None:
     """Keep the lines logged up to ``frames`` (what the checkpoint saw): the resumed run logs the rest."""
     if not path.is_file():
@@ -131,7 +136,12 @@ def train(
     ``torch.load(path, weights_only=True)``), ``best/`` (an inference checkpoint of the policy
     with the best evaluation return so far, ``best_policy_<frames>_eval_return=<score>.pt``),
     ``inference.pt`` (inference checkpoint of the final policy: ``engine-rl eval`` reads it),
-    ``policy.pt`` (the evaluation policy's state_dict) and ``summary.json`` (returned too).
+    ``policy.pt`` (the evaluation policy's state_dict) and ``summary.json`` (returned too). The
+    summary's paths (``checkpoint``, ``best_checkpoint``, ``inference``, ``metrics``,
+    ``resumed_from``) are ``out_dir``'s files as ``out_dir`` was given (relative to the working
+    directory if it is relative), or null where there is none (no evaluation yet: no best);
+    ``resumed_from``, the checkpoint the run started from, may since have been pruned
+    (``n_saved``).
     With ``visdom`` (a server URL), the run is also plotted live there, in a visdom env named
     after ``out_dir``.
 
@@ -286,8 +296,9 @@ def train(
         "paused": paused,
         "stopped_early": early_stop is not None and early_stop.counter >= (patience or 0),
         "resumed_from": None if resume_from is None else str(resume_from),
-        "checkpoint": str(checkpoint.last_checkpoint and own_ckpt_dir / checkpoint.last_checkpoint),
-        "best_checkpoint": str(best.last_checkpoint and out / "best" / best.last_checkpoint) if best else None,
+        # with a DiskSaver, Ignite's last_checkpoint is the file's path already (saver folder / file name)
+        "checkpoint": _path_or_none(checkpoint.last_checkpoint),
+        "best_checkpoint": _path_or_none(best.last_checkpoint if best is not None else None),
         "inference": str(out / "inference.pt"),
         "metrics": str(metrics_path),
     }
