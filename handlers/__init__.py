@@ -1,8 +1,9 @@
 """Attachable handlers for :func:`engine_rl.create_trainer`: one file per concern.
 
 Each handler is a thin adapter over a plain object (the maths lives in :mod:`engine_rl`):
-construct it, then ``handler.attach(trainer, event=..., every=...)``; it is also callable on the
-engine (``handler(trainer)``), so ``trainer.add_event_handler(event, handler)`` works too.
+construct it, then ``handler.attach(trainer)`` (most take ``event=`` and ``every=`` to move or
+thin out their calls; see each one's ``attach``); it is also callable on the engine
+(``handler(trainer)``), so ``trainer.add_event_handler(event, handler)`` works too.
 
 ============================  ===================================  ==============================
 handler                       default event                        does
