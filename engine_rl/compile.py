@@ -6,6 +6,13 @@ Every recipe has a ``compile`` field (``--set compile=true``) that hands its los
 CPU with torch's default mode. The backward runs through the compiled graph as usual; the
 optimizer step stays ``torch.optim``'s (fused where available, :func:`engine_rl.optim.adam`).
 
+A compiled loss computes the same maths in fused kernels: values agree with eager to float
+rounding, and random draws inside the loss (SAC's actions, TD3's smoothing noise) come from
+inductor's generator, so a compiled run and an eager run of the same seed part ways (each is
+reproducible). A Python number the loss branches on or reads as a constant (PPO's scheduled
+``clip_epsilon``, TD3's update count) costs a recompile or two early on; dynamo then treats it
+as dynamic.
+
 Compiling happens at the first call, and can fail there (an op dynamo cannot trace, a missing
 compiler). :class:`CompiledLoss` then runs the loss eagerly, warns once naming the error, and
 stays eager: a run never stops because of ``compile``. An error the loss itself raises (a
