@@ -1,30 +1,33 @@
-"""Stop training at the first NaN/Inf, with an error that names the key and the step.
+"""Stop training at the first NaN/Inf, or skip the optim steps that hold one, naming it and the step.
 
 :class:`NaNGuard` checks
 
-- collected batches (observations, rewards, ...) on ``RLEvents.BATCH_COLLECTED``,
+- collected batches (observations, rewards, ...) on ``RLEvents.BATCH_COLLECTED``: a NaN or Inf
+  there always stops the run (skipping optim steps cannot repair what the env returns);
 - the loss output, then gradients, on ``RLEvents.BACKWARD_COMPLETED``: before
   ``optimizer.step()`` could spread them into the weights (attach the guard before a gradient
   clipper, which would rescale an Inf gradient into NaNs), and losses first, so a NaN loss is
-  reported as such rather than as the NaN gradients it causes,
+  reported as such rather than as the NaN gradients it causes. With ``nonfinite="stop"`` it
+  raises; with ``nonfinite="skip"`` the step is skipped and counted.
 
-and raises :class:`NonFiniteError` (Ignite re-raises it from ``run()``). Each check is one fused
-reduction (``torch._foreach_norm``) and one host sync over all its tensors; the offending key
-is searched only on failure.
+and raises :class:`NonFiniteError` (Ignite re-raises it from ``run()``, before any later
+handler of the iteration, so no checkpoint is written from that state). The checks are
+:class:`engine_rl.finite.NonFiniteCheck`'s: one reduction and one host sync per check while
+all is finite; the offending entry is searched only on failure.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from ignite.engine import Engine
+from ignite.engine import Engine, Events
 from tensordict import TensorDictBase
 from torch import nn
 
 from engine_rl.events import RLEvents
+from engine_rl.finite import NonFiniteCheck, first_non_finite
 from engine_rl.keys import NestedKey, format_key
 
 __all__ = ["NaNGuard", "NonFiniteError", "first_non_finite"]
@@ -36,44 +39,25 @@ class NonFiniteError(FloatingPointError):
     """A NaN or Inf was found; the message names what, where and when."""
 
 
-def _all_finite(tensors: list[torch.Tensor]) -> bool:
-    """One fused reduction and one host sync: the sum of 2-norms is finite iff every entry is
-    (barring a norm above float32's max, ~3e38, which the exact search then clears)."""
-    if not tensors:
-        return True
-    if len({t.device for t in tensors}) > 1:
-        return all(bool(torch.isfinite(t).all()) for t in tensors)
-    if all(t.ndim == 0 for t in tensors):  # scalars (loss outputs): their sum is enough, no norms
-        return math.isfinite(float(torch.stack(tensors).sum()))
-    return math.isfinite(float(torch.stack(torch._foreach_norm(tensors)).sum()))
-
-
-def first_non_finite(named: Iterable[tuple[str, torch.Tensor]]) -> str | None:
-    """The name of the first tensor holding a NaN or Inf, or ``None`` if all are finite.
-
-    Examples:
-        >>> first_non_finite([("a", torch.ones(2)), ("b", torch.tensor([1.0, float("nan")]))])
-        'b'
-        >>> first_non_finite([("a", torch.ones(2))]) is None
-        True
-    """
-    items = [(name, t) for name, t in named if t.is_floating_point()]
-    if _all_finite([t for _, t in items]):
-        return None
-    for name, t in items:  # the slow, exact search, only on failure
-        if not bool(torch.isfinite(t).all()):
-            return name
-    return None
-
-
 class NaNGuard:
-    """Raise :class:`NonFiniteError` on a NaN/Inf in batches, gradients or losses.
+    """Raise :class:`NonFiniteError` on a NaN/Inf in batches, losses or gradients, or skip the step.
 
     Args:
         parameters: a module (named parameters) or an iterable of modules/tensors whose
             gradients are checked; ``None``: no gradient check.
         batch_keys: batch entries to check (missing ones are skipped); ``()``: no batch check.
         check_losses: check every tensor of the loss output (``loss*`` and diagnostics).
+        nonfinite: what a NaN/Inf in the loss output or the gradients does. ``"stop"``: raise
+            before ``optimizer.step()``, so the weights stay those of the previous step.
+            ``"skip"``: drop the step's gradients (``parameters``' and those of every optimizer
+            the trainer steps), so ``torch.optim`` leaves the weights and its state (Adam's
+            step count included) as they were; replace ``state.sample`` by its first 0 rows,
+            so handlers that write per-row results back on ``OPTIM_STEP_DONE`` (priorities)
+            write nothing; count the step in ``engine.state.metrics[metric_name]``. Target
+            networks still move towards the unchanged, finite weights. A NaN/Inf in a batch
+            stops either way.
+        metric_name: with ``nonfinite="skip"``, the metric counting skipped steps (saved in
+            the guard's ``state_dict``, so a resumed run counts on).
 
     Examples:
         >>> from tensordict import TensorDict
@@ -87,6 +71,16 @@ class NaNGuard:
         ... except NonFiniteError as err:
         ...     print(err)
         NaNGuard: non-finite value (NaN or Inf) in batch key 'observation' at batch 1 (frames 2, optim step 0)
+
+        Skipping: the step whose loss is NaN leaves ``w`` as it was.
+
+        >>> ok = TensorDict({"observation": torch.ones(2, 1)}, [2])
+        >>> scale = iter([1.0, float("nan"), 1.0])
+        >>> trainer = create_trainer([ok] * 3, lambda td: {"loss": w * next(scale)}, torch.optim.SGD([w], lr=0.1))
+        >>> guard = NaNGuard(parameters=[w], nonfinite="skip").attach(trainer)
+        >>> _ = trainer.run(max_epochs=1)
+        >>> round(w.item(), 3), trainer.state.metrics["nonfinite_skipped"]
+        (0.8, 1)
     """
 
     def __init__(
@@ -95,10 +89,25 @@ class NaNGuard:
         parameters: nn.Module | Iterable[nn.Module | torch.Tensor] | None = None,
         batch_keys: Sequence[NestedKey] = DEFAULT_BATCH_KEYS,
         check_losses: bool = True,
+        nonfinite: str = "stop",
+        metric_name: str = "nonfinite_skipped",
     ) -> None:
-        self.parameters = self._named_parameters(parameters) if parameters is not None else []
+        named = self._named_parameters(parameters) if parameters is not None else []
+        self.check = NonFiniteCheck(named, nonfinite=nonfinite)
+        self.parameters = self.check.parameters
         self.batch_keys = list(batch_keys)
         self.check_losses = check_losses
+        self.metric_name = metric_name
+
+    @property
+    def nonfinite(self) -> str:
+        """``"stop"`` or ``"skip"``."""
+        return self.check.nonfinite
+
+    @property
+    def skipped(self) -> int:
+        """Optim steps skipped so far (``nonfinite="skip"``)."""
+        return self.check.skipped
 
     @staticmethod
     def _named_parameters(parameters: Any) -> list[tuple[str, torch.Tensor]]:
@@ -119,62 +128,72 @@ class NaNGuard:
         return named
 
     @staticmethod
-    def _where(engine: Engine) -> str:
+    def _counters(engine: Engine) -> tuple[Any, Any, Any]:
         s = engine.state
-        batches, frames, steps = (getattr(s, name, "?") for name in ("batches", "frames", "optim_steps"))
-        return f"batch {batches} (frames {frames}, optim step {steps})"
+        return tuple(getattr(s, name, "?") for name in ("batches", "frames", "optim_steps"))
 
     def check_batch(self, engine: Engine) -> None:
+        """Raise :class:`NonFiniteError` naming the first batch key holding a NaN/Inf."""
         batch: TensorDictBase = engine.state.batch
         keys = batch.keys(include_nested=True)
-        bad = first_non_finite((format_key(k), batch[k]) for k in self.batch_keys if k in keys)
+        bad = self.check.data((format_key(k), batch[k]) for k in self.batch_keys if k in keys)
         if bad is not None:
+            batches, frames, steps = self._counters(engine)
+            always = (
+                "; non-finite data stops whatever nonfinite says: skipping optim steps cannot repair what the env "
+                "returns" if self.nonfinite == "skip" else ""
+            )
             raise NonFiniteError(
-                f"NaNGuard: non-finite value (NaN or Inf) in batch key {bad!r} at {self._where(engine)}"
+                f"NaNGuard: non-finite value (NaN or Inf) in batch key {bad!r} at batch {batches} "
+                f"(frames {frames}, optim step {steps}){always}"
             )
 
     def _loss_items(self, engine: Engine) -> list[tuple[str, torch.Tensor]]:
         losses = engine.state.losses
-        if losses is None:
+        if losses is None or not self.check_losses:
             return []
         items = losses.items() if isinstance(losses, Mapping) else losses.items(include_nested=True, leaves_only=True)
-        return [(format_key(k), v.detach()) for k, v in items if isinstance(v, torch.Tensor) and v.is_floating_point()]
-
-    def check_loss_output(self, engine: Engine) -> None:
-        bad = first_non_finite(self._loss_items(engine))
-        if bad is not None:
-            raise NonFiniteError(
-                f"NaNGuard: non-finite loss output (NaN or Inf) {bad!r} at optim step "
-                f"{engine.state.optim_steps} ({self._where(engine)})"
-            )
-
-    def check_gradients(self, engine: Engine) -> None:
-        bad = first_non_finite((n, p.grad) for n, p in self.parameters if p.grad is not None)
-        if bad is not None:
-            raise NonFiniteError(
-                f"NaNGuard: non-finite gradient (NaN or Inf) of parameter {bad!r} at optim step "
-                f"{engine.state.optim_steps} ({self._where(engine)})"
-            )
+        return [(format_key(k), v) for k, v in items if isinstance(v, torch.Tensor)]
 
     def check_step(self, engine: Engine) -> None:
-        """Losses and gradients with one sync; on failure, name the loss first, else the gradient."""
-        tensors = [v for _, v in self._loss_items(engine)] if self.check_losses else []
-        if self.parameters:
-            tensors += [p.grad for _, p in self.parameters if p.grad is not None]
-        if _all_finite(tensors):
+        """Losses and gradients with one sync; on a NaN/Inf raise (``"stop"``) or skip the step."""
+        found = self.check.step(self._loss_items(engine), optimizers=getattr(engine, "optimizers", ()))
+        if found is None:
             return
-        if self.check_losses:
-            self.check_loss_output(engine)
-        if self.parameters:
-            self.check_gradients(engine)
+        batches, frames, steps = self._counters(engine)
+        what = f"loss output (NaN or Inf) {found.name!r}"
+        if found.kind == "gradient":
+            what = f"gradient (NaN or Inf) of parameter {found.name!r}"
+        if self.nonfinite == "stop":
+            raise NonFiniteError(
+                f"NaNGuard: non-finite {what} at optim step {steps} (batch {batches}, frames {frames}); "
+                "the optimizer step was not taken"
+            )
+        sample = getattr(engine.state, "sample", None)
+        if isinstance(sample, TensorDictBase) and sample.batch_dims:
+            engine.state.sample = sample[:0]  # per-row write-backs (priorities) write nothing for this step
+        self._publish(engine)
+
+    def _publish(self, engine: Engine) -> None:
+        engine.state.metrics[self.metric_name] = self.check.skipped
 
     def attach(self, engine: Engine) -> NaNGuard:
         """Check batches on ``BATCH_COLLECTED``; losses, then gradients, on ``BACKWARD_COMPLETED``
-        (each only if configured)."""
+        (each only if configured). Attach it before handlers that read the batch or change the
+        gradients (replay, normalizers, clippers)."""
         if not isinstance(engine, Engine):
             raise TypeError(f"NaNGuard.attach: argument engine must be an ignite Engine, got {type(engine).__name__}")
         if self.batch_keys:
             engine.add_event_handler(RLEvents.BATCH_COLLECTED, self.check_batch)
         if self.check_losses or self.parameters:
             engine.add_event_handler(RLEvents.BACKWARD_COMPLETED, self.check_step)
+        if self.nonfinite == "skip":
+            engine.add_event_handler(Events.STARTED, self._publish)  # 0, or the resumed count
         return self
+
+    def state_dict(self) -> dict[str, Any]:
+        """The count of skipped steps."""
+        return self.check.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.check.load_state_dict(state)
