@@ -1,4 +1,9 @@
-"""Write training and evaluation metrics as JSON lines: the run's source of truth on disk."""
+"""Write training and evaluation metrics as JSON lines: the run's source of truth on disk.
+
+The lines are standard JSON (RFC 8259), which has no NaN or Infinity: a non-finite number is
+written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` rather than dropped, so a
+diverging loss stays visible; ``float()`` reads each back.
+"""
 
 from __future__ import annotations
 
@@ -11,18 +16,32 @@ from typing import IO, Any
 
 from ignite.engine import Engine, Events
 
-__all__ = ["MetricsLogger"]
+__all__ = ["MetricsLogger", "json_number"]
 
 
-def _plain_number(value: Any) -> float | int | None:
+def json_number(value: float) -> float | str:
+    """``value``, or for a non-finite one the string standard JSON can hold.
+
+    Examples:
+        >>> [json_number(x) for x in (0.5, float("nan"), float("inf"), float("-inf"))]
+        [0.5, 'NaN', 'Infinity', '-Infinity']
+        >>> float("-Infinity")
+        -inf
+    """
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+
+
+def _plain_number(value: Any) -> float | int | str | None:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
         return value
     if isinstance(value, float):
-        return value if math.isfinite(value) else None if math.isnan(value) else value
+        return json_number(value)
     if hasattr(value, "numel") and value.numel() == 1:  # 0-d or 1-element tensor
-        return float(value.item())
+        return json_number(float(value.item()))
     return None
 
 
@@ -35,6 +54,8 @@ class MetricsLogger:
     whenever an evaluation published new ``eval_*`` metrics (detected through
     ``state.metrics["eval_frames"]``, which :class:`handlers.ValidationRollout` sets), with all
     ``eval_*`` metrics. Lines are flushed as they are written, so a crash loses nothing logged.
+    A NaN, Inf or -Inf value is written as the string ``"NaN"``, ``"Infinity"`` or
+    ``"-Infinity"`` (standard JSON has no such numbers; see :func:`json_number`).
 
     Args:
         path: the ``.jsonl`` file; parent folders are created; an existing file is appended to
@@ -53,6 +74,10 @@ class MetricsLogger:
         >>> _ = trainer.run(max_epochs=1)
         >>> [json.loads(line)["frames"] for line in open(path)]
         [8]
+        >>> trainer.state.metrics["grad_norm"] = float("inf")
+        >>> logger.log_train(trainer); logger.close()
+        >>> json.loads(open(path).readlines()[-1])["grad_norm"]
+        'Infinity'
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -85,7 +110,7 @@ class MetricsLogger:
         """Write one JSON line (opening the file if needed) and flush it."""
         self._open()
         assert self._file is not None
-        self._file.write(json.dumps(record, allow_nan=True) + "\n")
+        self._file.write(json.dumps(record, allow_nan=False) + "\n")  # standard JSON: see json_number
 
     def _base(self, engine: Engine, kind: str) -> dict[str, Any]:
         s = engine.state

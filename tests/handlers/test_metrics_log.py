@@ -62,3 +62,32 @@ def test_lines_survive_a_crash(tmp_path):
     except RuntimeError:
         pass
     assert [json.loads(x)["iteration"] for x in path.read_text().splitlines()] == [1, 2, 3]
+
+
+def test_non_finite_values_are_written_as_strings_in_standard_json(tmp_path):
+    from engine_rl.dashboard.layout import plot_rows
+    from engine_rl.dashboard.replay import read_metrics
+
+    p = torch.nn.Parameter(torch.zeros(()))
+    data = [TensorDict({"x": torch.ones(4)}, [4])] * 2
+    trainer = create_trainer(data, lambda td: {"loss": p * float("nan")}, torch.optim.SGD([p], lr=0.1))
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda e: e.state.metrics.update(
+        grad_norm=float("inf"), low=torch.tensor(float("-inf")), fps=10.0))
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda e: e.state.metrics.update(
+        eval_return_mean=float("nan"), eval_frames=e.state.frames))
+    path = tmp_path / "metrics.jsonl"
+    MetricsLogger(path).attach(trainer)
+    trainer.run(max_epochs=1)
+
+    def refuse(constant):
+        raise ValueError(f"not standard JSON: {constant}")
+
+    lines = [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
+    train = [r for r in lines if r["kind"] == "train"]
+    evals = [r for r in lines if r["kind"] == "eval"]
+    assert [(r["loss"], r["grad_norm"], r["low"], r["fps"]) for r in train] == [("NaN", "Infinity", "-Infinity", 10.0)] * 2
+    assert [r["eval_return_mean"] for r in evals] == ["NaN", "NaN"]
+    assert [float(train[0][k]) for k in ("grad_norm", "low")] == [float("inf"), float("-inf")]
+    # the project's readers: dashboard replay reads every line and plots only the finite numbers
+    assert list(read_metrics(path)) == lines
+    assert [row[0] for row in plot_rows(train[0])] == ["fps"]
