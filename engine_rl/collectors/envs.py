@@ -6,16 +6,77 @@ once, up front, so a wrong space fails with a message instead of deep inside a r
 
 from __future__ import annotations
 
+import difflib
+import importlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import gymnasium as gym
 import torch
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-__all__ = ["VecEnvSpec", "make_vec_env", "vec_env_spec"]
+__all__ = ["VecEnvSpec", "env_spaces", "env_spec", "make_vec_env", "vec_env_spec"]
 
 VecMode = Literal["vector_entry_point", "sync", "async"]
+
+
+def env_spec(env_id: str, *, owner: str = "env_spec") -> EnvSpec:
+    """The registered spec of ``env_id``; a ``ValueError`` naming ``owner`` and close ids otherwise.
+
+    ``"module:Id-v0"`` imports ``module`` first (as ``gymnasium.make`` does).
+
+    Examples:
+        >>> env_spec("CartPole-v1").max_episode_steps
+        500
+        >>> env_spec("Cartpole-v1", owner="demo")
+        Traceback (most recent call last):
+        ...
+        ValueError: demo: env_id 'Cartpole-v1' is not a registered gymnasium env; close matches: CartPole-v1, CartPole-v0, ...
+    """
+    if not isinstance(env_id, str) or not env_id:
+        raise ValueError(f"{owner}: env_id must be a registered gymnasium id (a non-empty str), got {env_id!r}")
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ValueError(f"{owner}: env_id {env_id!r}: cannot import {module!r} to register it ({err})") from None
+    spec = gym.registry.get(name)
+    if spec is None:
+        close = difflib.get_close_matches(name, list(gym.registry), n=3)
+        hint = f"close matches: {', '.join(close)}" if close else "gymnasium.pprint_registry() lists the registered ids"
+        raise ValueError(f"{owner}: env_id {env_id!r} is not a registered gymnasium env; {hint}")
+    return spec
+
+
+_SPACES: dict[str, tuple[EnvSpec, gym.Space, gym.Space]] = {}
+
+
+def env_spaces(env_id: str, *, owner: str = "env_spaces") -> tuple[gym.Space, gym.Space]:
+    """``(observation_space, action_space)`` of one copy of ``env_id``.
+
+    The env is made once per registration (``gymnasium.make``, then closed) and its spaces
+    kept; a ``ValueError`` naming ``owner`` if the id is not registered or the env cannot be made.
+
+    Examples:
+        >>> env_spaces("CartPole-v1")
+        (Box([-4.8 ...], [4.8 ...], (4,), float32), Discrete(2))
+    """
+    spec = env_spec(env_id, owner=owner)
+    cached = _SPACES.get(env_id)
+    if cached is not None and cached[0] is spec:
+        return cached[1], cached[2]
+    try:
+        env = gym.make(env_id)
+    except Exception as err:  # noqa: BLE001  (a missing dependency, a failing constructor, ...)
+        raise ValueError(f"{owner}: env_id {env_id!r} cannot be made: {type(err).__name__}: {err}") from err
+    try:
+        spaces = env.observation_space, env.action_space
+    finally:
+        env.close()
+    _SPACES[env_id] = (spec, *spaces)
+    return spaces
 
 
 def make_vec_env(
@@ -52,15 +113,20 @@ def make_vec_env(
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"make_vec_env: num_envs must be a positive int, got {num_envs!r}")
-    if mode is None:
-        has_vector = gym.spec(env_id).vector_entry_point is not None
-        mode = "vector_entry_point" if has_vector else "sync"
-    if mode not in ("vector_entry_point", "sync", "async"):
+    if mode is not None and mode not in ("vector_entry_point", "sync", "async"):
         raise ValueError(
             f"make_vec_env: mode must be 'vector_entry_point', 'sync' or 'async', got {mode!r}"
         )
+    has_vector = env_spec(env_id, owner="make_vec_env").vector_entry_point is not None
+    if mode is None:
+        mode = "vector_entry_point" if has_vector else "sync"
     vector_kwargs: dict[str, Any] = {}
     if mode == "vector_entry_point":
+        if not has_vector:
+            raise ValueError(
+                f"make_vec_env: {env_id} registers no vector entry point, so mode='vector_entry_point' "
+                "cannot make it; use mode='sync' or 'async' (or None: the fastest available)"
+            )
         if autoreset_mode is not None:
             raise ValueError(
                 "make_vec_env: autoreset_mode can only be chosen with mode='sync' or 'async' "

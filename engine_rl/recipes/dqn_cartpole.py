@@ -25,6 +25,7 @@ from engine_rl.engine import create_trainer
 from engine_rl.exploration import EpsilonGreedy
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
+from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
 from handlers import (
     GradClipper,
@@ -112,11 +113,20 @@ class DQNConfig:
     """Seed of torch, the collector's envs and exploration, and the replay sampler."""
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "total_frames", "frames_per_batch", "optim_steps_per_batch", "buffer_size",
-                     "batch_size", "eval_every", "eval_episodes", "target_update_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"DQNConfig: {name} must be a positive int, got {value!r}")
+        check = FieldChecks(self)
+        check.positive_ints("num_envs", "total_frames", "frames_per_batch", "optim_steps_per_batch", "buffer_size",
+                            "batch_size", "eval_every", "eval_episodes", "target_update_every")
+        check.nonnegative_ints("learning_starts", "eps_frames", "eval_seed", "seed")
+        check.choice("vectorization", VECTORIZATIONS)
+        check.positive("lr")
+        check.nonnegative("lr_end", optional=True)
+        check.fractions("gamma", "eps_start", "eps_end", "beta")
+        check.fractions("target_tau", zero=False, optional=True)
+        check.finite("max_grad_norm")
+        check.nonnegative("alpha")
+        check.widths("hidden")
+        check.names("info_keys")
+        check.bools("double", "prioritized", "async_collection", "compile")
         if self.frames_per_batch % self.num_envs:
             raise ValueError(
                 f"DQNConfig: frames_per_batch ({self.frames_per_batch}) must be a multiple of num_envs ({self.num_envs})"
@@ -125,8 +135,9 @@ class DQNConfig:
             raise ValueError(
                 f"DQNConfig: learning_starts ({self.learning_starts}) exceeds total_frames ({self.total_frames})"
             )
-        if not 0 <= self.eps_end <= self.eps_start <= 1:
-            raise ValueError(f"DQNConfig: need 0 <= eps_end <= eps_start <= 1, got {self.eps_end}, {self.eps_start}")
+        check.at_least("eps_start", "eps_end")
+        check.at_least("buffer_size", "batch_size")
+        check.env(algo="dqn", actions="discrete", vectorization=self.vectorization)
 
     @property
     def num_batches(self) -> int:

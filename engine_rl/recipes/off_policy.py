@@ -19,6 +19,7 @@ from engine_rl.compile import compile_loss
 from engine_rl.engine import create_trainer
 from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup
+from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
 from engine_rl.replay import ReplayBuffer
 from handlers import ReplayExtender, ReplaySampler, ValidationRollout
 
@@ -75,32 +76,30 @@ class OffPolicyConfig:
     """Seed of torch, the collector's envs, the exploration and the replay sampler."""
 
     def __post_init__(self) -> None:
+        """Checks every field; subclasses check their own fields, then ``env_id`` (``FieldChecks.env``)."""
         owner = type(self).__name__
-        for name in ("num_envs", "total_frames", "frames_per_batch", "buffer_size", "batch_size",
-                     "eval_every_frames", "eval_episodes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
-        steps = self.optim_steps_per_batch
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0):
-            raise ValueError(f"{owner}: optim_steps_per_batch must be a positive int or None, got {steps!r}")
+        check = FieldChecks(self)
+        check.positive_ints("num_envs", "total_frames", "frames_per_batch", "buffer_size", "batch_size",
+                            "eval_every_frames", "eval_episodes")
+        check.positive_ints("optim_steps_per_batch", optional=True)
+        check.nonnegative_ints("learning_starts", "eval_seed", "seed")
+        check.choice("vectorization", VECTORIZATIONS)
+        check.positive("lr")
+        check.fractions("gamma")
+        check.fractions("tau", zero=False)
+        check.widths("hidden")
+        check.names("info_keys")
+        check.choice("precision", PRECISIONS)
+        check.bools("compile")
         if self.frames_per_batch % self.num_envs:
             raise ValueError(
                 f"{owner}: frames_per_batch ({self.frames_per_batch}) must be a multiple of num_envs ({self.num_envs})"
             )
-        starts = self.learning_starts
-        if isinstance(starts, bool) or not isinstance(starts, int) or starts < 0:
-            raise ValueError(f"{owner}: learning_starts must be a non-negative int, got {starts!r}")
-        if starts > self.total_frames:
-            raise ValueError(f"{owner}: learning_starts ({starts}) exceeds total_frames ({self.total_frames})")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"{owner}: tau must be in (0, 1], got {self.tau}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"{owner}: gamma must be in [0, 1], got {self.gamma}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"{owner}: precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if not self.lr > 0.0:
-            raise ValueError(f"{owner}: lr must be > 0, got {self.lr}")
+        if self.learning_starts > self.total_frames:
+            raise ValueError(
+                f"{owner}: learning_starts ({self.learning_starts}) exceeds total_frames ({self.total_frames})"
+            )
+        check.at_least("buffer_size", "batch_size")
 
     @property
     def steps_per_batch(self) -> int:

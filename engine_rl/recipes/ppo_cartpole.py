@@ -28,6 +28,7 @@ from engine_rl.compile import compile_loss
 from engine_rl.engine import create_trainer
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
+from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
 from handlers.advantage import GAEAdvantage
 from handlers.kl_stop import KLEarlyStop
 from handlers.minibatch import MinibatchSampler
@@ -116,37 +117,26 @@ class PPOConfig:
     """Seed of torch, the envs, the policy's sampling and the minibatch shuffling."""
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "total_frames", "steps_per_env", "batch_size", "num_epochs", "eval_every",
-                     "eval_episodes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"PPOConfig: {name} must be a positive int, got {value!r}")
+        check = FieldChecks(self)
+        check.positive_ints("num_envs", "total_frames", "steps_per_env", "batch_size", "num_epochs", "eval_every",
+                            "eval_episodes")
+        check.nonnegative_ints("eval_seed", "seed")
+        check.choice("vectorization", ("auto", *VECTORIZATIONS))
+        check.choice("activation", tuple(sorted(_ACTIVATIONS)))
+        check.positive("lr", "adam_eps", "clip_epsilon")
+        check.nonnegative("lr_end", "clip_epsilon_end", "value_coef", "entropy_coef")
+        check.positive("value_clip", "target_kl", optional=True)
+        check.fractions("gamma", "gae_lambda")
+        check.finite("max_grad_norm", "log_std_init")
+        check.widths("hidden")
+        check.names("info_keys")
+        check.bools("normalize_advantage", "ortho_init", "normalize_observations", "normalize_rewards", "compile")
         if self.batch_size > self.frames_per_batch:
             raise ValueError(
                 f"PPOConfig: batch_size ({self.batch_size}) exceeds the frames per batch "
                 f"(num_envs * steps_per_env = {self.frames_per_batch})"
             )
-        if self.vectorization not in ("auto", "vector_entry_point", "sync", "async"):
-            raise ValueError(
-                "PPOConfig: vectorization must be 'auto', 'vector_entry_point', 'sync' or 'async', "
-                f"got {self.vectorization!r}"
-            )
-        if self.activation not in _ACTIVATIONS:
-            raise ValueError(f"PPOConfig: activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}")
-        for name in ("gamma", "gae_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"PPOConfig: {name} must be in [0, 1], got {getattr(self, name)!r}")
-        if not self.lr > 0 or self.lr_end < 0:
-            raise ValueError(f"PPOConfig: need lr > 0 and lr_end >= 0, got {self.lr!r}, {self.lr_end!r}")
-        if not self.clip_epsilon > 0 or self.clip_epsilon_end < 0:
-            raise ValueError(
-                f"PPOConfig: need clip_epsilon > 0 and clip_epsilon_end >= 0, got {self.clip_epsilon!r}, "
-                f"{self.clip_epsilon_end!r}"
-            )
-        if self.target_kl is not None and not self.target_kl > 0:
-            raise ValueError(f"PPOConfig: target_kl must be positive or None, got {self.target_kl!r}")
-        if self.value_clip is not None and not self.value_clip > 0:
-            raise ValueError(f"PPOConfig: value_clip must be positive or None, got {self.value_clip!r}")
+        check.env(algo="ppo", actions="discrete or box", vectorization=self.vectorization)
 
     @property
     def frames_per_batch(self) -> int:

@@ -23,6 +23,7 @@ from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.collectors import GymCollector
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
+from engine_rl.recipes.checks import FieldChecks
 from engine_rl.recipes.off_policy import OffPolicyConfig, build_off_policy, make_box_env
 from handlers import TargetNetUpdater
 
@@ -52,8 +53,11 @@ class SACConfig(OffPolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.alpha_init > 0.0:
-            raise ValueError(f"SACConfig: alpha_init must be > 0, got {self.alpha_init}")
+        check = FieldChecks(self)
+        check.positive("alpha_init")
+        check.bools("learn_alpha")
+        check.finite("target_entropy", optional=True)
+        check.env(algo="sac", actions="box", vectorization=self.vectorization)
 
 
 @register("sac-pendulum", SACConfig, "SAC on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")

@@ -23,6 +23,7 @@ from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
 from engine_rl.collectors import GymCollector
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
+from engine_rl.recipes.checks import FieldChecks
 from engine_rl.recipes.off_policy import OffPolicyConfig, build_off_policy, make_box_env
 from handlers import TargetNetUpdater
 
@@ -64,12 +65,10 @@ class TD3Config(OffPolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        delay = self.policy_delay
-        if isinstance(delay, bool) or not isinstance(delay, int) or delay <= 0:
-            raise ValueError(f"TD3Config: policy_delay must be a positive int, got {delay!r}")
-        for name in ("exploration_noise", "target_noise", "noise_clip"):
-            if not getattr(self, name) >= 0.0:
-                raise ValueError(f"TD3Config: {name} must be >= 0, got {getattr(self, name)}")
+        check = FieldChecks(self)
+        check.positive_ints("policy_delay")
+        check.nonnegative("exploration_noise", "target_noise", "noise_clip")
+        check.env(algo="td3", actions="box", vectorization=self.vectorization)
 
 
 @register("td3-pendulum", TD3Config, "TD3 on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")

@@ -106,7 +106,7 @@ def test_errors_name_the_problem(capsys):
     assert main(["train", "td3-pendulum", "--set", "policy_delay=0"]) == 2
     assert "TD3Config: policy_delay must be a positive int, got 0" in capsys.readouterr().err
     assert main(["train", "td3-pendulum", "--set", "target_noise=-1"]) == 2
-    assert "TD3Config: target_noise must be >= 0, got -1" in capsys.readouterr().err
+    assert "TD3Config: target_noise must be a finite number >= 0, got -1.0" in capsys.readouterr().err
     assert main(["train", "td3-pendulum", "--set", "precision=half"]) == 2
     assert "TD3Config: precision must be one of ('float32', 'bfloat16'), got 'half'" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"td3 needs a continuous \(Box\) action space; CartPole-v1 has Discrete"):

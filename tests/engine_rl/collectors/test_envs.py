@@ -4,6 +4,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from engine_rl.collectors import make_vec_env, vec_env_spec
+from engine_rl.collectors.envs import env_spaces, env_spec
 
 
 def test_default_mode_prefers_vector_entry_point():
@@ -33,6 +34,20 @@ def test_make_vec_env_errors():
         make_vec_env("CartPole-v1", 2, mode="fast")
     with pytest.raises(ValueError, match="autoreset_mode can only be chosen with mode='sync' or 'async'"):
         make_vec_env("CartPole-v1", 2, mode="vector_entry_point", autoreset_mode="SameStep")
+
+
+def test_unknown_ids_and_missing_vector_entry_points_are_named():
+    with pytest.raises(ValueError, match=r"make_vec_env: env_id 'Cartpole-v1' is not a registered gymnasium env; "
+                                         r"close matches: CartPole-v1"):
+        make_vec_env("Cartpole-v1", 2)
+    with pytest.raises(ValueError, match=r"make_vec_env: Pendulum-v1 registers no vector entry point, so "
+                                         r"mode='vector_entry_point' cannot make it; use mode='sync' or 'async'"):
+        make_vec_env("Pendulum-v1", 2, mode="vector_entry_point")
+    with pytest.raises(ValueError, match=r"env_spec: env_id 'no_such_module:Env-v0': cannot import 'no_such_module'"):
+        env_spec("no_such_module:Env-v0")
+    observation, action = env_spaces("Pendulum-v1")
+    assert observation.shape == (3,) and action.shape == (1,)
+    assert env_spaces("Pendulum-v1")[1] is action  # made once per registration
 
 
 def test_vec_env_spec():

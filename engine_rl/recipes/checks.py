@@ -1,0 +1,170 @@
+"""Checks of recipe config fields, shared by the configs' ``__post_init__``.
+
+Each check raises a ``ValueError`` naming the config, the field, what the field accepts and the
+value it got, e.g. ``DQNConfig: lr must be a positive finite number, got nan``.
+:meth:`FieldChecks.env` also checks that ``env_id`` is registered and that its spaces suit the
+algorithm (made once per registered id, see :func:`~engine_rl.collectors.envs.env_spaces`).
+
+Examples:
+    >>> from dataclasses import dataclass
+    >>> @dataclass(kw_only=True)
+    ... class Demo:
+    ...     lr: float = 1e-3
+    ...     hidden: tuple[int, ...] = (64,)
+    ...     def __post_init__(self):
+    ...         check = FieldChecks(self)
+    ...         check.positive("lr")
+    ...         check.widths("hidden")
+    >>> Demo(lr=float("nan"))
+    Traceback (most recent call last):
+    ...
+    ValueError: Demo: lr must be a positive finite number, got nan
+    >>> Demo(hidden=(0,))
+    Traceback (most recent call last):
+    ...
+    ValueError: Demo: hidden must be a tuple of positive ints (layer widths), got (0,)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+import gymnasium as gym
+
+from engine_rl.collectors.envs import env_spaces, env_spec
+
+__all__ = ["FieldChecks"]
+
+#: Vectorization modes of :func:`~engine_rl.collectors.make_vec_env`.
+VECTORIZATIONS = ("vector_entry_point", "sync", "async")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+class FieldChecks:
+    """Checks of the fields of one dataclass ``config``; errors name ``type(config).__name__``.
+
+    Each method takes field names and raises a ``ValueError`` at the first field that fails.
+    ``optional=True`` also accepts ``None``.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.owner = type(config).__name__
+
+    def fail(self, name: str, accepted: str) -> NoReturn:
+        """Raise ``ValueError("<Config>: <name> must be <accepted>, got <value>")``."""
+        raise ValueError(f"{self.owner}: {name} must be {accepted}, got {getattr(self.config, name)!r}")
+
+    def _each(self, names: Iterable[str], ok: Any, accepted: str, optional: bool) -> None:
+        for name in names:
+            value = getattr(self.config, name)
+            if optional and value is None:
+                continue
+            if not ok(value):
+                self.fail(name, accepted + (" or None" if optional else ""))
+
+    def positive_ints(self, *names: str, optional: bool = False) -> None:
+        """Ints >= 1 (not bools)."""
+        self._each(names, lambda v: _is_int(v) and v >= 1, "a positive int", optional)
+
+    def nonnegative_ints(self, *names: str) -> None:
+        """Ints >= 0 (not bools)."""
+        self._each(names, lambda v: _is_int(v) and v >= 0, "a non-negative int", False)
+
+    def bools(self, *names: str) -> None:
+        """``True`` or ``False``."""
+        self._each(names, lambda v: isinstance(v, bool), "True or False", False)
+
+    def positive(self, *names: str, optional: bool = False) -> None:
+        """Finite numbers > 0."""
+        self._each(names, lambda v: _is_number(v) and math.isfinite(v) and v > 0, "a positive finite number", optional)
+
+    def nonnegative(self, *names: str, optional: bool = False) -> None:
+        """Finite numbers >= 0."""
+        self._each(names, lambda v: _is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0", optional)
+
+    def finite(self, *names: str, optional: bool = False) -> None:
+        """Finite numbers."""
+        self._each(names, lambda v: _is_number(v) and math.isfinite(v), "a finite number", optional)
+
+    def fractions(self, *names: str, zero: bool = True, optional: bool = False) -> None:
+        """Numbers in [0, 1] (``zero=False``: in (0, 1])."""
+        low = "[0" if zero else "(0"
+        self._each(names, lambda v: _is_number(v) and (0 <= v if zero else 0 < v) and v <= 1,
+                   f"a number in {low}, 1]", optional)
+
+    def choice(self, name: str, options: tuple[str, ...]) -> None:
+        """One of ``options``."""
+        if getattr(self.config, name) not in options:
+            self.fail(name, f"one of {options}")
+
+    def widths(self, *names: str) -> None:
+        """Tuples of positive ints (hidden layer widths; empty: no hidden layer)."""
+        self._each(names, lambda v: isinstance(v, tuple) and all(_is_int(w) and w >= 1 for w in v),
+                   "a tuple of positive ints (layer widths)", False)
+
+    def names(self, *names: str) -> None:
+        """Tuples of distinct non-empty strings (e.g. ``info_keys``)."""
+        self._each(names, lambda v: isinstance(v, tuple) and all(isinstance(k, str) and k for k in v)
+                   and len(set(v)) == len(v), "a tuple of distinct non-empty strings", False)
+
+    def at_least(self, name: str, other: str) -> None:
+        """``config.<name> >= config.<other>`` (both already checked as numbers)."""
+        value, bound = getattr(self.config, name), getattr(self.config, other)
+        if value < bound:
+            raise ValueError(f"{self.owner}: {name} ({value}) must be >= {other} ({bound})")
+
+    def env(self, *, algo: str, actions: str, vectorization: str | None = None) -> None:
+        """``env_id`` is a registered gymnasium id whose spaces suit ``algo``.
+
+        Args:
+            algo: the algorithm named in errors (``"dqn"``).
+            actions: ``"discrete"``, ``"box"`` (a 1-D Box) or ``"discrete or box"``.
+            vectorization: the config's vectorization mode; ``"vector_entry_point"`` needs an
+                env that registers one.
+
+        The observation space must be a 1-D Box (the recipes' networks are MLPs).
+        """
+        env_id = self.config.env_id
+        if not isinstance(env_id, str) or not env_id:
+            self.fail("env_id", "a registered gymnasium id (a non-empty str)")
+        spec = env_spec(env_id, owner=self.owner)
+        observation, action = env_spaces(env_id, owner=self.owner)
+        discrete = isinstance(action, gym.spaces.Discrete)
+        box = isinstance(action, gym.spaces.Box) and len(action.shape) == 1
+        kind = type(action).__name__
+        if isinstance(action, gym.spaces.Box) and not box:
+            kind += f" (shape {tuple(action.shape)})"
+        if actions == "discrete" and not discrete:
+            raise ValueError(
+                f"{self.owner}: {algo} needs a discrete action space; {env_id} has {kind} actions "
+                "(set env_id to an env with Discrete actions)"
+            )
+        if actions == "box" and not box:
+            raise ValueError(
+                f"{self.owner}: {algo} needs a continuous (Box) action space; {env_id} has {kind} actions "
+                "(set env_id to an env with 1-D Box actions)"
+            )
+        if actions == "discrete or box" and not (discrete or box):
+            raise ValueError(
+                f"{self.owner}: {algo} needs a Discrete or 1-D Box action space; {env_id} has {action}"
+            )
+        if not isinstance(observation, gym.spaces.Box) or len(observation.shape) != 1:
+            raise ValueError(
+                f"{self.owner}: {algo} ({env_id}): the observation space must be a 1-D Box, got {observation}"
+            )
+        if vectorization == "vector_entry_point" and spec.vector_entry_point is None:
+            raise ValueError(
+                f"{self.owner}: vectorization 'vector_entry_point' needs an env that registers a vector entry "
+                f"point; {env_id} has none (use 'sync' or 'async')"
+            )
