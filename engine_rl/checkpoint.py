@@ -9,7 +9,12 @@
   numpy, python; CUDA when in use).
 - :class:`AtomicDiskSaver` is Ignite's ``DiskSaver`` that writes ``.NAME.partial``, fsyncs and
   renames, so a kill during a write leaves the previous checkpoint in place; it refuses, before
-  writing, any object that ``torch.load(..., weights_only=True)`` would refuse to read.
+  writing, any object that ``torch.load(..., weights_only=True)`` would refuse to read; rotation
+  deletes an old file only once the new one is in place, and a file already gone is no error; a
+  full disk or a permission error is a :class:`CheckpointError` naming the file and the reason.
+- :class:`SafeCheckpoint` is Ignite's ``Checkpoint`` that writes nothing from a network or
+  optimizer holding NaN/Inf (:func:`check_finite`) and keeps rotating the files on disk after a
+  failed write; its errors name the previous checkpoint, which is intact.
 - :func:`load_checkpoint` reads with ``weights_only=True`` and turns a missing, empty,
   truncated, corrupt (CRC-32) or unsafe file into a :class:`CheckpointError` naming the file and
   the problem; :func:`restore` loads it into objects, naming the entry that does not fit.
@@ -45,12 +50,13 @@ import os
 import re
 import zipfile
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import ignite.distributed as idist
 import torch
+from ignite.engine import Engine
 from ignite.handlers import Checkpoint, DiskSaver
 
 from engine_rl.run_state import EngineMetrics, RNGState, attached_objects, training_state
@@ -62,7 +68,9 @@ __all__ = [
     "INFERENCE_FORMAT",
     "InferenceState",
     "RNGState",
+    "SafeCheckpoint",
     "attached_objects",
+    "check_finite",
     "check_weights_only",
     "latest_checkpoint",
     "list_checkpoints",
@@ -120,45 +128,224 @@ def check_weights_only(obj: Any, *, where: str = "checkpoint") -> None:
         )
 
 
+def _os_error(err: BaseException) -> OSError | None:
+    """The first ``OSError`` in ``err``'s chain: ``torch.save`` reports a failed write as
+    ``RuntimeError: [enforce fail at inline_container.cc:...] unexpected pos``, with the
+    ``OSError`` (``No space left on device``) as its context."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _write_failure(err: BaseException) -> str | None:
+    """Why a write failed, if ``err`` is a failed write (not a bug in an object being saved)."""
+    os_error = _os_error(err)
+    if os_error is not None:
+        return os_error.strerror or str(os_error)
+    if isinstance(err, RuntimeError) and ("inline_container" in str(err) or "PytorchStreamWriter" in str(err)):
+        return str(err).strip().splitlines()[0]
+    return None
+
+
 class AtomicDiskSaver(DiskSaver):
     """Ignite's ``DiskSaver``, writing each checkpoint to ``.NAME.partial`` in the same folder,
-    then ``fsync`` and an atomic rename; checked with :func:`check_weights_only` first.
+    then ``fsync``, an atomic rename and an ``fsync`` of the folder; checked with
+    :func:`check_weights_only` first.
 
     A process killed mid-write leaves the previous checkpoints untouched and at most a
     ``.*.partial`` file, which :func:`latest_checkpoint` ignores (and :func:`remove_partial_files`
     deletes). The folder is created if needed and may hold files already.
 
+    Rotation never leaves fewer complete files than it keeps: :meth:`remove` (which Ignite's
+    ``Checkpoint`` calls for the oldest file *before* writing the new one) only marks the file, and
+    it is deleted once the next write is durably in place; a file that is already gone is no error.
+    A failed write (a full disk, no permission) raises :class:`CheckpointError` naming the file and
+    the OS's reason, removes its partial file, and keeps the marked files.
+
     Args:
         dirname: the folder.
         require_empty: refuse a folder that already holds ``.pt`` files.
+
+    Examples:
+        >>> import tempfile
+        >>> saver = AtomicDiskSaver(tempfile.mkdtemp())
+        >>> saver({"w": torch.zeros(1)}, "a.pt"); saver.remove("a.pt"); saver.remove("gone.pt")
+        >>> sorted(p.name for p in Path(saver.dirname).iterdir())  # a.pt waits for the next write
+        ['a.pt']
+        >>> saver({"w": torch.ones(1)}, "b.pt")
+        >>> sorted(p.name for p in Path(saver.dirname).iterdir())
+        ['b.pt']
     """
 
     def __init__(self, dirname: str | Path, *, require_empty: bool = False) -> None:
         super().__init__(str(dirname), atomic=True, create_dir=True, require_empty=require_empty)
+        #: files :meth:`remove` marked, deleted after the next completed write
+        self.to_remove: list[str] = []
 
     def __call__(self, checkpoint: Mapping, filename: str, metadata: Mapping | None = None) -> None:
         if self.save_on_rank != idist.get_rank():
             return
         path = Path(self.dirname) / filename
-        check_weights_only(checkpoint, where=f"checkpoint {path}")
-        tmp = path.with_name(f".{filename}.partial")
+        try:
+            check_weights_only(checkpoint, where=f"checkpoint {path}")
+            self._write(checkpoint, path)
+        except BaseException:
+            self.to_remove.clear()  # nothing new is in place: the old files stay
+            raise
+        for name in self.to_remove:
+            if name != filename:  # a file written again under its own name was just replaced
+                (Path(self.dirname) / name).unlink(missing_ok=True)
+        self.to_remove.clear()
+
+    def _write(self, checkpoint: Mapping, path: Path) -> None:
+        tmp = path.with_name(f".{path.name}.partial")
         try:
             with open(tmp, "wb") as f:
                 torch.save(checkpoint, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as err:
             tmp.unlink(missing_ok=True)
-            raise
+            reason = _write_failure(err)
+            if reason is None:
+                raise
+            raise CheckpointError(f"checkpoint {path}: cannot be written ({reason}); the partial file was removed") from err
         try:  # make the rename itself durable
             fd = os.open(self.dirname, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        except OSError:
+        except OSError:  # some file systems cannot fsync a folder; the file itself is synced
             pass
+
+    def remove(self, filename: str) -> None:
+        """Mark ``filename`` for deletion after the next completed write (see the class)."""
+        if self.save_on_rank == idist.get_rank() and filename not in self.to_remove:
+            self.to_remove.append(filename)
+
+
+def _checked_tensors(obj: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """The floating tensors :func:`check_finite` looks at in ``obj``, by name."""
+    if isinstance(obj, InferenceState):
+        obj = obj.policy
+    if isinstance(obj, torch.nn.Module):
+        items: Iterable[tuple[str, Any]] = obj.state_dict().items()
+    elif isinstance(obj, torch.optim.Optimizer):
+        items = (
+            (f"state[{index}][{name!r}]", value)
+            for index, state in obj.state_dict()["state"].items()
+            for name, value in state.items()
+        )
+    else:
+        return
+    for name, value in items:
+        if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()):
+            yield name, value
+
+
+def check_finite(objects: Mapping[str, Any], *, where: str = "checkpoint") -> None:
+    """Raise :class:`CheckpointError` if a network or optimizer in ``objects`` holds a NaN or Inf.
+
+    Looked at: every floating tensor of the ``state_dict`` of each ``nn.Module`` (parameters and
+    buffers: target nets and normalizers inside a policy included), of an :class:`InferenceState`'s
+    policy, and of each optimizer's per-parameter state (``exp_avg``, ...). Other entries (replay
+    buffer, collector, RNG, counters, metrics) are not: they may hold non-finite data legitimately.
+
+    Examples:
+        >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2))
+        >>> check_finite({"qnet": net})
+        >>> with torch.no_grad():
+        ...     net[0].weight[0, 0] = float("nan")
+        >>> check_finite({"qnet": net}, where="checkpoint at frames 512")
+        Traceback (most recent call last):
+        ...
+        engine_rl.checkpoint.CheckpointError: checkpoint at frames 512: not written: entry 'qnet' holds non-finite values in '0.weight' (1 NaN, 0 Inf of 4 values); the training state went non-finite before this checkpoint
+    """
+    for key, obj in objects.items():
+        for name, value in _checked_tensors(obj):
+            if not bool(torch.isfinite(value).all()):
+                nan, inf = int(torch.isnan(value).sum()), int(torch.isinf(value).sum())
+                raise CheckpointError(
+                    f"{where}: not written: entry {key!r} holds non-finite values in {name!r} "
+                    f"({nan} NaN, {inf} Inf of {value.numel()} values); the training state went non-finite "
+                    "before this checkpoint"
+                )
+
+
+class SafeCheckpoint(Checkpoint):
+    """Ignite's ``Checkpoint`` that keeps the previous checkpoint when it cannot write a good new one.
+
+    - Before each write, the networks and optimizers of ``to_save`` must be finite
+      (:func:`check_finite`); a NaN or Inf raises :class:`CheckpointError` naming the entry, the
+      tensor and the step, and nothing is written or removed.
+    - A write that fails with :class:`CheckpointError` (:class:`AtomicDiskSaver`: a full disk, no
+      permission) leaves the list of saved files as it was, so rotation goes on with the files on disk.
+
+    Either error ends with the previous checkpoint written, which is intact. With an
+    :class:`AtomicDiskSaver`, rotation deletes the oldest file only after the new one is in place.
+
+    Args:
+        *args: as Ignite's ``Checkpoint`` (``to_save``, ``save_handler``, ``n_saved``, ...).
+        step_name: what the global step counts, for messages (``"frames"`` in the recipes' runs).
+
+    Examples:
+        >>> import tempfile
+        >>> from ignite.engine import Engine
+        >>> net = torch.nn.Linear(1, 1)
+        >>> trainer = Engine(lambda engine, batch: None)
+        >>> saver = AtomicDiskSaver(tempfile.mkdtemp())
+        >>> checkpoint = SafeCheckpoint({"net": net}, saver, n_saved=1)
+        >>> trainer.state.iteration = 1
+        >>> checkpoint(trainer)
+        >>> with torch.no_grad():
+        ...     _ = net.bias.fill_(float("inf"))
+        >>> trainer.state.iteration = 2
+        >>> checkpoint(trainer)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        engine_rl.checkpoint.CheckpointError: checkpoint at step 2: not written: entry 'net' holds non-finite values in 'bias' (0 NaN, 1 Inf of 1 values); ...; the previous checkpoint, .../net_1.pt, is intact
+    """
+
+    def __init__(self, *args: Any, step_name: str = "step", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.step_name = step_name
+        self._engine: Engine | None = None
+
+    def __call__(self, engine: Engine, *args: Any, **kwargs: Any) -> None:
+        saved, previous = list(self._saved), self.last_checkpoint
+        self._engine = engine
+        try:
+            super().__call__(engine, *args, **kwargs)
+        except CheckpointError as err:
+            self._saved = saved  # nothing new is in place and nothing was deleted
+            if previous is not None and Path(previous).is_file():
+                kept = f"the previous checkpoint, {previous}, is intact"
+            else:
+                folder = getattr(self.save_handler, "dirname", None)
+                kept = "nothing was changed" + (f" in {folder}" if folder is not None else "")
+            raise CheckpointError(f"{err}; {kept}") from err
+        finally:
+            self._engine = None
+
+    def _setup_checkpoint(self) -> dict[str, Any]:  # Ignite calls it only when it is about to write
+        engine = self._engine
+        if engine is not None:
+            if self.global_step_transform is not None:
+                step = self.global_step_transform(engine, engine.last_event_name)
+            else:
+                step = engine.state.iteration
+            prefix = f"{self.filename_prefix} " if self.filename_prefix else ""
+            check_finite(self.to_save or {}, where=f"{prefix}checkpoint at {self.step_name} {step}")
+        else:
+            check_finite(self.to_save or {})
+        return super()._setup_checkpoint()
 
 
 def remove_partial_files(folder: str | Path) -> list[Path]:
@@ -275,7 +462,12 @@ def list_checkpoints(folder: str | Path, *, prefix: str = "checkpoint") -> list[
 
 
 def latest_checkpoint(folder: str | Path, *, prefix: str = "checkpoint") -> Path | None:
-    """The ``{prefix}_<step>.pt`` file with the highest step in ``folder`` (``None`` if none)."""
+    """The ``{prefix}_<step>.pt`` file with the highest step in ``folder`` (``None`` if none).
+
+    Only complete files have such a name: :class:`AtomicDiskSaver` writes ``.NAME.partial`` and
+    renames it when it is complete, and deletes older files only after that, so the newest
+    complete checkpoint wins. (A file damaged since is not skipped: :func:`load_checkpoint` names it.)
+    """
     found = list_checkpoints(folder, prefix=prefix)
     return found[-1] if found else None
 

@@ -43,9 +43,7 @@ def saved_world_size(ckpt_dir: str | Path) -> int:
 
 
 def _steps(folder: Path) -> list[int]:
-    if not folder.is_dir():
-        return []
-    return sorted(int(m[1]) for p in folder.iterdir() if (m := _STEP.match(p.name)) and p.is_file())
+    return sorted(int(m[1]) for p in folder.glob("checkpoint_*.pt") if (m := _STEP.match(p.name)) and p.is_file())
 
 
 def common_checkpoint_step(ckpt_dir: str | Path) -> int | None:
@@ -53,8 +51,11 @@ def common_checkpoint_step(ckpt_dir: str | Path) -> int | None:
     :func:`rank_checkpoint_dir` (``None`` if there is none); the same on every rank.
 
     Ranks write their checkpoints independently, so a kill can leave rank 0 one checkpoint
-    ahead of another rank: the resume then uses the previous one (runs keep ``n_saved >= 2``).
-    Each rank lists only its own folder, so this works without a shared file system.
+    ahead of another rank: the resume then uses the previous one. Runs keep ``n_saved >= 2`` and
+    each rank's :class:`~engine_rl.checkpoint.AtomicDiskSaver` deletes its oldest file only after
+    the new one is complete, so every rank holds ``n_saved`` complete checkpoints at every moment
+    and the previous step is still there. Partial files (``.NAME.partial``) do not count. Each
+    rank lists only its own folder, so this works without a shared file system.
     """
     mine = _steps(rank_checkpoint_dir(ckpt_dir, idist.get_rank()))
     if idist.get_world_size() == 1:
@@ -71,7 +72,8 @@ def common_checkpoint_step(ckpt_dir: str | Path) -> int | None:
 
 def rank_disk_saver(ckpt_dir: str | Path) -> Any:
     """An :class:`~engine_rl.checkpoint.AtomicDiskSaver` writing this rank's checkpoints into
-    its :func:`rank_checkpoint_dir` (created now); it writes nothing on the other ranks."""
+    its :func:`rank_checkpoint_dir` (created now); it writes and deletes nothing on the other ranks
+    (each rank has its own saver), and deletes an old file only after the new one is in place."""
     from engine_rl.checkpoint import AtomicDiskSaver
 
     rank = idist.get_rank()
