@@ -29,6 +29,7 @@ from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
 from handlers import (
     GradClipper,
+    NaNGuard,
     PriorityUpdater,
     ReplayExtender,
     ReplaySampler,
@@ -85,6 +86,12 @@ class DQNConfig:
     """Soft (Polyak) target update rate applied every optim step instead of hard copies (None: hard)."""
     max_grad_norm: float = 10.0
     """Gradient clipping by global norm (<= 0 disables)."""
+    nonfinite: str = "stop"
+    """What a NaN or Inf in a loss or a gradient does: 'stop' (the reference: raise NonFiniteError
+    naming the loss entry or parameter, the optim step and the frames, before the optimizer step,
+    so the weights and checkpoints stay finite) or 'skip' (drop that step's gradients, so no weight,
+    optimizer state or priority changes, and count it: ``nonfinite_skipped`` in metrics.jsonl). A NaN
+    or Inf in observations or rewards always stops (handlers.NaNGuard)."""
     prioritized: bool = False
     """Prioritized replay (sum tree) instead of uniform sampling."""
     alpha: float = 0.6
@@ -118,6 +125,7 @@ class DQNConfig:
                             "batch_size", "eval_every", "eval_episodes", "target_update_every")
         check.nonnegative_ints("learning_starts", "eps_frames", "eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
+        check.choice("nonfinite", ("stop", "skip"))
         check.positive("lr")
         check.nonnegative("lr_end", optional=True)
         check.fractions("gamma", "eps_start", "eps_end", "beta")
@@ -191,6 +199,8 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         learning_starts=cfg.learning_starts,
         optim_steps_per_batch=cfg.optim_steps_per_batch,
     )
+    # first: it checks the batch before replay stores it, and the gradients before the clipper rescales them
+    NaNGuard(parameters=qnet, nonfinite=cfg.nonfinite).attach(trainer)
     if cfg.lr_end is not None:
         # stock Ignite scheduler, stepped once per batch
         schedule = PiecewiseLinear(optimizer, "lr", milestones_values=[(0, cfg.lr), (cfg.num_batches, cfg.lr_end)])

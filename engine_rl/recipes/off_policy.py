@@ -21,7 +21,7 @@ from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
 from engine_rl.replay import ReplayBuffer
-from handlers import ReplayExtender, ReplaySampler, ValidationRollout
+from handlers import NaNGuard, ReplayExtender, ReplaySampler, ValidationRollout
 
 __all__ = ["OffPolicyConfig", "build_off_policy", "make_box_env"]
 
@@ -72,6 +72,12 @@ class OffPolicyConfig:
     """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
     graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
     on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
+    nonfinite: str = "stop"
+    """What a NaN or Inf in a loss or a gradient does: 'stop' (the reference: raise NonFiniteError
+    naming the loss entry or parameter, the optim step and the frames, before the optimizer step,
+    so the weights and checkpoints stay finite) or 'skip' (drop that step's gradients, so no weight
+    or optimizer state changes, and count it: ``nonfinite_skipped`` in metrics.jsonl). A NaN or Inf
+    in observations or rewards always stops (handlers.NaNGuard)."""
     seed: int = 0
     """Seed of torch, the collector's envs, the exploration and the replay sampler."""
 
@@ -84,6 +90,7 @@ class OffPolicyConfig:
         check.positive_ints("optim_steps_per_batch", optional=True)
         check.nonnegative_ints("learning_starts", "eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
+        check.choice("nonfinite", ("stop", "skip"))
         check.positive("lr")
         check.fractions("gamma")
         check.fractions("tau", zero=False)
@@ -158,6 +165,8 @@ def build_off_policy(
         learning_starts=cfg.learning_starts,
         optim_steps_per_batch=cfg.steps_per_batch,
     )
+    # first: it checks the batch before replay stores it; the loss's parameters name the gradients
+    NaNGuard(parameters=loss, nonfinite=cfg.nonfinite).attach(trainer)
     ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size).attach(trainer)
 

@@ -97,8 +97,12 @@ class PPOConfig:
     """Running mean/std observation normalization inside the policy."""
     normalize_rewards: bool = False
     """Scale rewards by the running std of the discounted return."""
-    nan_guard: bool = True
-    """Stop with an error at the first NaN/Inf in observations, rewards, losses or gradients."""
+    nonfinite: str = "stop"
+    """What a NaN or Inf in a loss or a gradient does: 'stop' (the reference: raise NonFiniteError
+    naming the loss entry or parameter, the optim step and the frames, before the optimizer step,
+    so the weights and checkpoints stay finite) or 'skip' (drop that step's gradients, so no weight
+    or optimizer state changes, and count it: ``nonfinite_skipped`` in metrics.jsonl). A NaN or Inf
+    in observations or rewards always stops (handlers.NaNGuard)."""
     eval_every: int = 40
     """Evaluate every this many batches (and at the end of the run)."""
     eval_episodes: int = 10
@@ -122,6 +126,7 @@ class PPOConfig:
                             "eval_episodes")
         check.nonnegative_ints("eval_seed", "seed")
         check.choice("vectorization", ("auto", *VECTORIZATIONS))
+        check.choice("nonfinite", ("stop", "skip"))
         check.choice("activation", tuple(sorted(_ACTIVATIONS)))
         check.positive("lr", "adam_eps", "clip_epsilon")
         check.nonnegative("lr_end", "clip_epsilon_end", "value_coef", "entropy_coef")
@@ -187,11 +192,8 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     )
 
     # BATCH_COLLECTED, in this order
-    # the clipper checks the gradients' norm, which it computes anyway (error_if_nonfinite);
-    # without clipping, the guard checks the gradients itself
-    clip_checks = cfg.nan_guard and cfg.max_grad_norm > 0
-    if cfg.nan_guard:
-        NaNGuard(parameters=None if clip_checks else policy).attach(trainer)
+    # the guard first: the raw batch, and the gradients before the clipper rescales them
+    NaNGuard(parameters=policy, nonfinite=cfg.nonfinite).attach(trainer)
     if policy.obs_normalizer is not None:
         ObservationNormalizer(policy.obs_normalizer).attach(trainer)
     reward_normalizer = RewardNormalizer(gamma=cfg.gamma) if cfg.normalize_rewards else None
@@ -205,7 +207,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     # optim steps
     sampler = MinibatchSampler(cfg.batch_size, keys=loss.in_keys, seed=cfg.seed).attach(trainer)
     if cfg.max_grad_norm > 0:
-        GradClipper(policy, max_norm=cfg.max_grad_norm, error_if_nonfinite=clip_checks).attach(trainer)
+        GradClipper(policy, max_norm=cfg.max_grad_norm).attach(trainer)
     if cfg.target_kl is not None:
         KLEarlyStop(cfg.target_kl).attach(trainer)
 

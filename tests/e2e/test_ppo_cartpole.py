@@ -137,14 +137,28 @@ def test_ppo_cartpole_solves_within_100k_frames(tmp_path):
 
 
 @pytest.mark.parametrize("where, match", [
-    ("gradient", r"GradClipper: non-finite gradient \(NaN or Inf\) of parameter 'critic\.2\.weight' at optim step 3"),
-    ("loss", r"NaNGuard: non-finite loss output \(NaN or Inf\) 'loss_critic' at optim step 3"),
+    ("gradient", r"NaNGuard: non-finite gradient \(NaN or Inf\) of parameter 'critic\.2\.weight' at optim step 3 "
+                 r"\(batch 1, frames 256\); the optimizer step was not taken"),
+    ("loss", r"NaNGuard: non-finite loss output \(NaN or Inf\) 'loss_critic' at optim step 3 \(batch 1, frames 256\)"),
 ])
 def test_recipe_stops_at_a_nan_gradient_or_loss_naming_it(where, match):
-    from handlers.distributed import add_handler_first
     from handlers.nan_guard import NonFiniteError
 
-    cfg = make_config("ppo-cartpole", {"total_frames": 1024, "eval_every": 100, "eval_episodes": 1})
+    setup, policy = _poisoned_ppo(where, "stop")
+    before = [p.detach().clone() for p in policy.parameters()]
+    with pytest.raises(NonFiniteError, match=match):
+        setup.trainer.run()
+    setup.close()
+    assert setup.trainer.state.optim_steps == 3
+    assert not all(torch.equal(p, b) for p, b in zip(policy.parameters(), before))  # steps 1 and 2 trained
+
+
+def _poisoned_ppo(where, nonfinite):
+    """ppo-cartpole (4 batches) with a NaN gradient or loss output at optim step 3."""
+    from handlers.distributed import add_handler_first
+
+    cfg = make_config("ppo-cartpole", {"total_frames": 1024, "eval_every": 100, "eval_episodes": 1,
+                                       "nonfinite": nonfinite})
     setup = get_recipe("ppo-cartpole").build(cfg)
     policy = setup.to_save["policy"]
 
@@ -156,9 +170,17 @@ def test_recipe_stops_at_a_nan_gradient_or_loss_naming_it(where, match):
                 engine.state.losses["loss_critic"] = torch.tensor(float("nan"))
 
     add_handler_first(setup.trainer, RLEvents.BACKWARD_COMPLETED, poison)
-    before = [p.detach().clone() for p in policy.parameters()]
-    with pytest.raises(NonFiniteError, match=match):
-        setup.trainer.run()
+    return setup, policy
+
+
+@pytest.mark.parametrize("where", ["gradient", "loss"])
+def test_recipe_with_nonfinite_skip_skips_the_step_and_counts_it(where):
+    setup, policy = _poisoned_ppo(where, "skip")
+    optimizer = setup.to_save["optimizer"]
+    setup.trainer.run()
     setup.close()
-    assert setup.trainer.state.optim_steps == 3
-    assert not all(torch.equal(p, b) for p, b in zip(policy.parameters(), before))  # steps 1 and 2 trained
+    state = setup.trainer.state
+    assert state.frames == 1024 and state.optim_steps == 80  # 4 batches x 20 epochs x 1 minibatch
+    assert state.metrics["nonfinite_skipped"] == 1
+    assert {float(s["step"]) for s in optimizer.state.values()} == {79.0}  # Adam took every other step
+    assert all(bool(torch.isfinite(p).all()) for p in policy.parameters())
