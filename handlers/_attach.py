@@ -1,7 +1,9 @@
-"""Shared wiring for the handlers: validate ``every`` and register a callback on an event."""
+"""Shared wiring for the handlers: validate ``every`` and register a callback on an event, once
+where a second registration would corrupt data."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +11,9 @@ from ignite.engine import Engine
 from ignite.engine.events import CallableEventWithFilter, RemovableEventHandle
 
 __all__ = ["add_handler", "check_every"]
+
+#: Per engine, the exclusive registrations made by ``add_handler``: ``(owner, exclusive, callback)``.
+_EXCLUSIVE: weakref.WeakKeyDictionary[Engine, list[tuple[str, Any, Callable]]] = weakref.WeakKeyDictionary()
 
 
 def check_every(every: Any, *, owner: str) -> int:
@@ -19,12 +24,39 @@ def check_every(every: Any, *, owner: str) -> int:
 
 
 def add_handler(
-    engine: Engine, callback: Callable[[Engine], None], event: Any, every: int, *, owner: str
+    engine: Engine,
+    callback: Callable[[Engine], None],
+    event: Any,
+    every: int,
+    *,
+    owner: str,
+    exclusive: Any = None,
+    twice: str = "its work would be done twice",
 ) -> RemovableEventHandle:
     """``engine.add_event_handler(event(every=every), callback)``; ``every=1`` keeps ``event`` as given.
 
     ``event`` may already carry a filter (``Events.ITERATION_COMPLETED(every=5)``); combining
     such an event with ``every > 1`` is an error, as Ignite cannot stack two filters.
+
+    Args:
+        exclusive: an object that one ``owner`` handler at most may drive on ``engine`` (a replay
+            buffer, a target network, the handler itself): while one is attached, attaching a
+            second (the same handler again, or another ``owner`` on the same object) raises a
+            ``ValueError`` naming ``owner``; one removed from the engine no longer counts.
+        twice: what a second one would do wrong, for that error.
+
+    Examples:
+        >>> from ignite.engine import Events
+        >>> engine = Engine(lambda e, b: None)
+        >>> def count(engine): pass
+        >>> handle = add_handler(engine, count, Events.ITERATION_COMPLETED, 1, owner="Counter", exclusive=count)
+        >>> add_handler(engine, count, Events.ITERATION_COMPLETED, 1, owner="Counter", exclusive=count,
+        ...             twice="every iteration would count twice")
+        Traceback (most recent call last):
+        ...
+        ValueError: Counter.attach: this Counter is already attached to this engine (every iteration would count twice); attach it once, or remove the first (its handle's .remove()) before attaching again
+        >>> handle.remove()
+        >>> _ = add_handler(engine, count, Events.ITERATION_COMPLETED, 1, owner="Counter", exclusive=count)
     """
     if not isinstance(engine, Engine):
         raise TypeError(f"{owner}.attach: argument engine must be an ignite Engine, got {type(engine).__name__}")
@@ -36,4 +68,21 @@ def add_handler(
                 "pass every=1 with a filtered event, or the plain event with every"
             )
         event = event(every=every)
+    if exclusive is not None:
+        _claim(engine, callback, owner=owner, exclusive=exclusive, twice=twice)
     return engine.add_event_handler(event, callback)
+
+
+def _claim(engine: Engine, callback: Callable, *, owner: str, exclusive: Any, twice: str) -> None:
+    """Record that ``owner`` drives ``exclusive`` on ``engine``; a ``ValueError`` if one already does."""
+    claims = [c for c in _EXCLUSIVE.get(engine, []) if engine.has_event_handler(c[2])]  # drop removed ones
+    for name, obj, attached in claims:
+        if name == owner and obj is exclusive:
+            article = "an" if owner[0] in "AEIOU" else "a"
+            where = (f"this {owner} is already attached to this engine" if attached == callback
+                     else f"this engine already has {article} {owner} on this {type(exclusive).__name__}")
+            raise ValueError(
+                f"{owner}.attach: {where} ({twice}); attach it once, or remove the first (its handle's "
+                ".remove()) before attaching again"
+            )
+    _EXCLUSIVE[engine] = [*claims, (owner, exclusive, callback)]

@@ -13,6 +13,7 @@ from tensordict import TensorDictBase
 from engine_rl.collectors.info import INFO_KEY, check_info_keys
 from engine_rl.events import RLEvents
 from engine_rl.keys import MASK_KEY, require_keys
+from handlers._attach import add_handler
 
 __all__ = ["EpisodeStats", "Throughput", "finished_episodes"]
 
@@ -75,7 +76,8 @@ class EpisodeStats:
         self.info_keys = check_info_keys(info_keys, owner="EpisodeStats")
 
     def attach(self, engine: Engine, *, every: int = 1) -> EpisodeStats:
-        engine.add_event_handler(RLEvents.BATCH_COLLECTED(every=every), self)
+        add_handler(engine, self, RLEvents.BATCH_COLLECTED, every, owner=type(self).__name__, exclusive=self,
+                    twice="every finished episode would be counted twice")
         return self
 
     def __call__(self, engine: Engine) -> None:
@@ -131,8 +133,9 @@ class Throughput:
         self._last: tuple[float, int, int] | None = None
 
     def attach(self, engine: Engine, *, every: int = 1) -> Throughput:
+        add_handler(engine, self, Events.ITERATION_COMPLETED, every, owner="Throughput", exclusive=self,
+                    twice="the second would measure fps over no time")
         engine.add_event_handler(Events.STARTED, self._start)
-        engine.add_event_handler(Events.ITERATION_COMPLETED(every=every), self)
         return self
 
     def _start(self, engine: Engine) -> None:

@@ -17,6 +17,7 @@ from tensordict import TensorDictBase
 
 from engine_rl.events import RLEvents
 from engine_rl.keys import NestedKey, require_keys
+from handlers._attach import add_handler
 
 __all__ = ["MinibatchSampler"]
 
@@ -120,11 +121,8 @@ class MinibatchSampler:
 
     def attach(self, engine: Engine) -> MinibatchSampler:
         """Sample on ``RLEvents.SAMPLE_REQUESTED``, reshuffle on ``RLEvents.EPOCH_DONE``."""
-        if not isinstance(engine, Engine):
-            raise TypeError(
-                f"MinibatchSampler.attach: argument engine must be an ignite Engine, got {type(engine).__name__}"
-            )
-        engine.add_event_handler(RLEvents.SAMPLE_REQUESTED, self._on_sample_requested)
+        add_handler(engine, self._on_sample_requested, RLEvents.SAMPLE_REQUESTED, 1, owner="MinibatchSampler",
+                    exclusive=self, twice="each optim step would take two minibatches and train on the second")
         engine.add_event_handler(RLEvents.EPOCH_DONE, self._on_epoch_done)
         return self
 

@@ -69,7 +69,8 @@ class ObservationNormalizer:
         self, engine: Engine, *, event: Any = RLEvents.BATCH_COLLECTED, every: int = 1
     ) -> RemovableEventHandle:
         """Update on ``event`` (default: every collected batch)."""
-        return add_handler(engine, self, event, every, owner="ObservationNormalizer")
+        return add_handler(engine, self, event, every, owner="ObservationNormalizer", exclusive=self.normalizer,
+                           twice="its statistics would count every batch twice")
 
     def state_dict(self) -> dict[str, Any]:
         """The normalizer's statistics (also in the policy's ``state_dict``)."""
@@ -141,7 +142,8 @@ class RewardNormalizer:
         self, engine: Engine, *, event: Any = RLEvents.BATCH_COLLECTED, every: int = 1
     ) -> RemovableEventHandle:
         """Normalize on ``event`` (default: every collected batch)."""
-        return add_handler(engine, self, event, every, owner="RewardNormalizer")
+        return add_handler(engine, self, event, every, owner="RewardNormalizer", exclusive=self,
+                           twice="every reward would be scaled twice")
 
     def state_dict(self) -> dict[str, Any]:
         """Return statistics and the running returns per env (tensors)."""

@@ -155,4 +155,5 @@ class GradClipper:
         self, engine: Engine, *, event: Any = RLEvents.BACKWARD_COMPLETED, every: int = 1
     ) -> RemovableEventHandle:
         """Clip on ``event`` (every ``every`` optim steps); returns Ignite's handle."""
-        return add_handler(engine, self, event, every, owner="GradClipper")
+        return add_handler(engine, self, event, every, owner="GradClipper", exclusive=self,
+                           twice="grad_norm would report the norm of the already clipped gradients")

@@ -106,7 +106,8 @@ class ReplayExtender:
         self, engine: Engine, *, event: Any = RLEvents.BATCH_COLLECTED, every: int = 1
     ) -> RemovableEventHandle:
         """Call :meth:`extend` on ``event`` (every ``every`` batches); returns Ignite's handle."""
-        return add_handler(engine, self, event, every, owner="ReplayExtender")
+        return add_handler(engine, self, event, every, owner="ReplayExtender", exclusive=self.buffer,
+                           twice="every batch would be stored twice")
 
 
 class ReplaySampler:
@@ -175,7 +176,8 @@ class ReplaySampler:
         With ``every > 1`` the other optim steps train on the trainer's default sample (the
         whole current batch), which is rarely wanted: keep ``every=1``.
         """
-        return add_handler(engine, self, event, every, owner="ReplaySampler")
+        return add_handler(engine, self, event, every, owner="ReplaySampler", exclusive=self.buffer,
+                           twice="each optim step would draw two samples, one of them wasted")
 
 
 class PriorityUpdater:
@@ -234,4 +236,5 @@ class PriorityUpdater:
         self, engine: Engine, *, event: Any = RLEvents.OPTIM_STEP_DONE, every: int = 1
     ) -> RemovableEventHandle:
         """Call :meth:`update` on ``event`` (every ``every`` optim steps); returns Ignite's handle."""
-        return add_handler(engine, self, event, every, owner="PriorityUpdater")
+        return add_handler(engine, self, event, every, owner="PriorityUpdater", exclusive=self.buffer,
+                           twice="priorities would be written twice per optim step")

@@ -73,7 +73,8 @@ class TargetNetUpdater:
         self, engine: Engine, *, event: Any = RLEvents.OPTIM_STEP_DONE, every: int | None = None
     ) -> RemovableEventHandle:
         """Update on ``event`` every ``every`` times (default: the constructor's ``every``)."""
-        return add_handler(engine, self, event, self.every if every is None else every, owner="TargetNetUpdater")
+        return add_handler(engine, self, event, self.every if every is None else every, owner="TargetNetUpdater",
+                           exclusive=self.updater.target, twice="the target network would move twice per update")
 
     def state_dict(self) -> dict[str, int]:
         """``{"num_updates": int}``; the target's weights are saved with the target module."""
