@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import warnings
+
 import numpy as np
 
-__all__ = ["INFO_KEY", "info_scalars", "check_info_keys"]
+__all__ = ["INFO_KEY", "InfoKeyWarning", "InfoKeysSeen", "info_scalars", "check_info_keys"]
 
 #: Where a batch holds the recorded info scalars: ``("next", "info", key)``.
 INFO_KEY = ("next", "info")
@@ -29,6 +31,59 @@ def check_info_keys(info_keys: Any, *, owner: str) -> tuple[str, ...]:
     if len(set(keys)) != len(keys):
         raise ValueError(f"{owner}: argument info_keys has duplicates: {list(keys)}")
     return keys
+
+
+class InfoKeyWarning(UserWarning):
+    """A recorded info key that the env's ``info`` did not hold by the end of the first episode."""
+
+
+class InfoKeysSeen:
+    """Warns (:class:`InfoKeyWarning`) when a recorded info key is not in the env's ``info`` by
+    the end of the first episode.
+
+    A key that no step reported by then (in ``info`` or, with same-step autoreset, in
+    ``info["final_info"]``) is most likely misspelled: it would record nothing (NaN), silently.
+    It is a warning, not an error, since an env may report a key only on some episodes (a
+    success flag set on success only). Call :meth:`step` with each step's ``info`` and done
+    flags until :attr:`checked`.
+
+    Args:
+        info_keys: the keys to look for.
+        owner: the component named in the warning.
+
+    Examples:
+        >>> import warnings
+        >>> seen = InfoKeysSeen(["is_success"], owner="GymCollector")
+        >>> seen.step({"lives": np.array([3])}, np.array([False]))
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     seen.step({"lives": np.array([3]), "_lives": np.array([True])}, np.array([True]))
+        >>> print(caught[0].message)
+        GymCollector: info_keys 'is_success' never appeared in the env's info by the end of the first episode; the info has: 'lives' (a misspelt key records nothing)
+    """
+
+    def __init__(self, info_keys: Iterable[str], *, owner: str) -> None:
+        self.missing = set(info_keys)
+        self.owner = owner
+        self.present: set[str] = set()
+        self.checked = not self.missing
+
+    def step(self, info: Mapping[str, Any], done: np.ndarray) -> None:
+        """Note ``info``'s keys; at the first episode end, warn naming the keys never seen and
+        the keys the info had."""
+        final = info.get("final_info")
+        for entries in (info, final if isinstance(final, Mapping) else {}):
+            self.present.update(k for k in entries if not k.startswith("_") and k not in ("final_info", "final_obs"))
+        self.missing -= self.present
+        if not self.missing:
+            self.checked = True
+        elif done.any():
+            self.checked = True
+            has = ", ".join(repr(k) for k in sorted(self.present)) or "no entries"
+            warnings.warn(
+                f"{self.owner}: info_keys {', '.join(repr(k) for k in sorted(self.missing))} never appeared in the "
+                f"env's info by the end of the first episode; the info has: {has} (a misspelt key records nothing)",
+                InfoKeyWarning, stacklevel=3,
+            )
 
 
 def _read(info: Mapping[str, Any], key: str, num_envs: int, owner: str) -> tuple[np.ndarray, np.ndarray]:

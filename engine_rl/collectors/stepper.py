@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, set_env_state
 from engine_rl.collectors.envs import VecEnvSpec, vec_env_spec
 from engine_rl.collectors.errors import EnvError, failed_env_index
-from engine_rl.collectors.info import INFO_KEY, check_info_keys, info_scalars
+from engine_rl.collectors.info import INFO_KEY, InfoKeysSeen, check_info_keys, info_scalars
 from engine_rl.collectors.policy import Policy, policy_device
 from engine_rl.keys import NestedKey, format_key, present_keys
 
@@ -84,7 +84,9 @@ class GymStepper:
         device: the policy's device; ``None``: from its parameters (CPU if it has none).
         info_keys: scalar entries of the env's ``info`` to record, each under
             ``("next", "info", key)`` (float32, NaN where a copy did not report it; see
-            :func:`~engine_rl.collectors.info.info_scalars`).
+            :func:`~engine_rl.collectors.info.info_scalars`). A key that no step has reported by
+            the end of the first episode gets an ``InfoKeyWarning`` naming it and the keys the
+            info has (:class:`~engine_rl.collectors.info.InfoKeysSeen`).
         owner: the component named in error messages.
 
     Examples:
@@ -114,6 +116,7 @@ class GymStepper:
         self.owner = owner
         self.info_keys = check_info_keys(info_keys, owner=owner)
         self._info_arrays: list[tuple[str, np.ndarray]] = []
+        self._info_seen = InfoKeysSeen(self.info_keys, owner=owner)  # warns of a key never reported
         self.spec: VecEnvSpec = vec_env_spec(env, owner=owner)
         self.env = env
         self.policy = policy
@@ -221,6 +224,8 @@ class GymStepper:
         for key, array in self._info_arrays:
             array[row] = info_scalars(info, key, num_envs=self.num_envs, done=done,
                                       same_step=not self.next_step_autoreset, owner=self.owner)
+        if not self._info_seen.checked:
+            self._info_seen.step(info, done)
         if done.any():
             if not self.next_step_autoreset:  # same-step: next_obs holds the reset observation
                 idx = np.flatnonzero(done)

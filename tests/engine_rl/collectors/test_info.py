@@ -158,3 +158,22 @@ def test_validation_rollout_publishes_eval_info_and_rejects_bad_keys():
                             info_keys=["vec"])
     with pytest.raises(ValueError, match=r"run_episodes: env info 'vec' must hold one number per env copy"):
         vec.evaluate()
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_a_key_the_env_never_reports_is_named_once_the_first_episode_ends(mode):
+    from engine_rl.collectors.info import InfoKeyWarning
+
+    with pytest.warns(InfoKeyWarning) as caught:
+        with GymCollector(_env(mode), _policy, frames_per_batch=12, seed=0, info_keys=["t", "nonexistent"]) as c:
+            next(iter(c))
+    assert len(caught) == 1 and str(caught[0].message) == (
+        "GymCollector: info_keys 'nonexistent' never appeared in the env's info by the end of the first episode; "
+        "the info has: 'flag', 't', 'vec' (a misspelt key records nothing)"
+    )
+    import warnings
+
+    with warnings.catch_warnings():  # a key reported only at episode ends ("flag") is no warning
+        warnings.simplefilter("error", InfoKeyWarning)
+        with GymCollector(_env(mode), _policy, frames_per_batch=12, seed=0, info_keys=["flag"]) as c:
+            next(iter(c))
