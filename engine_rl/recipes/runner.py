@@ -19,7 +19,9 @@ from ignite.handlers import Checkpoint, EarlyStopping
 from engine_rl.checkpoint import (
     AtomicDiskSaver,
     InferenceState,
+    SafeCheckpoint,
     attached_objects,
+    check_finite,
     latest_checkpoint,
     list_checkpoints,
     remove_partial_files,
@@ -29,6 +31,7 @@ from engine_rl.checkpoint import (
 from engine_rl.distributed import rank_checkpoint_dir, rank_config, rank_disk_saver, resume_path
 from engine_rl.recipes.base import get_recipe
 from engine_rl.recipes.config import apply_overrides
+from engine_rl.run_lock import RunLock, RunLockError
 from handlers.distributed import AllReducedEpisodeStats, make_data_parallel
 from handlers.episodes import EpisodeStats, Throughput
 from handlers.metrics_log import MetricsLogger
@@ -39,7 +42,9 @@ __all__ = ["RunError", "load_run_config", "make_config", "train"]
 
 
 class RunError(ValueError):
-    """The run cannot start as asked (nothing to resume, a changed config, a folder in use)."""
+    """The run cannot start as asked (a bad ``--out``, nothing to resume, a changed config, a
+    folder in use by another run), or one of its files cannot be written; the message names the
+    path or option and what is wrong."""
 
 
 def make_config(name: str, overrides: list[str] | dict[str, Any] | None = None, **fields: Any) -> Any:
@@ -76,10 +81,14 @@ def _config_record(name: str, config: Any) -> dict[str, Any]:
     return json.loads(json.dumps({"recipe": name, **dataclasses.asdict(config)}))
 
 
+def _nothing_to_resume(out: Path) -> RunError:
+    return RunError(f"--resume: {out} holds no run to resume (no config.json)")
+
+
 def _check_same_config(out: Path, name: str, config: Any) -> None:
     path = out / "config.json"
     if not path.is_file():
-        raise RunError(f"--resume: {out} holds no run to resume (no config.json)")
+        raise _nothing_to_resume(out)
     saved, now = json.loads(path.read_text()), _config_record(name, config)
     diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
     if diff:
@@ -90,9 +99,16 @@ def _check_same_config(out: Path, name: str, config: Any) -> None:
         )
 
 
-def _path_or_none(path: str | Path | None) -> str | None:
-    """``path`` as a string for ``summary.json``; ``None`` (JSON null) stays ``None``."""
-    return None if path is None else str(path)
+def _write_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (``.NAME.partial``, then a rename); a failure is a
+    :class:`RunError` naming the file and the OS's reason."""
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise RunError(f"{path}: cannot be written ({err.strerror or err})") from err
 
 
 def _truncate_metrics(path: Path, frames: int) -> None:
@@ -107,9 +123,70 @@ def _truncate_metrics(path: Path, frames: int) -> None:
             break  # a line cut off by the kill
         if int(record.get("frames", 0)) <= frames:
             keep.append(line + "\n")
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text("".join(keep), encoding="utf-8")
-    os.replace(tmp, path)
+    _write_text(path, "".join(keep))
+
+
+def _check_out(out_dir: str | Path) -> Path:
+    """``out_dir`` as a path, if it can name a run folder: not empty, not a file, not under a file."""
+    if not str(out_dir).strip():
+        raise RunError(f"--out {str(out_dir)!r}: empty; name the folder for the run's files (e.g. runs/my-run)")
+    out = Path(out_dir)
+    for path in (out, *out.parents):
+        if path.exists() and not path.is_dir():
+            where = "is a file" if path == out else f"is under {path}, which is a file"
+            raise RunError(f"--out {out}: {where}, not a folder; name a new or existing folder for the run's files")
+    return out
+
+
+def _make_out(out: Path) -> None:
+    """Create the run folder (and its parents); a failure or a read-only folder is a :class:`RunError`."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunError(f"--out {out}: cannot create the folder ({err.strerror or err})") from err
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise RunError(f"--out {out}: the folder is not writable (permission denied); use another --out")
+
+
+def _check_options(**options: Any) -> None:
+    for arg, value in options.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise RunError(f"train: {arg} must be a positive int or None, got {value!r}")
+
+
+def _drop_newer_checkpoints(folder: Path, frames: int) -> None:
+    """Delete the checkpoints of ``folder`` past ``frames``: the run resumed from an older one, so
+    they belong to a continuation it replaces (and a plain ``--resume`` must not pick them)."""
+    for path in list_checkpoints(folder):
+        if int(path.stem.rsplit("_", 1)[1]) > frames:
+            path.unlink(missing_ok=True)
+
+
+def _track_files_on_disk(checkpoint: Checkpoint, folder: Path, n_saved: int) -> None:
+    """After a resume: ``checkpoint`` rotates the newest ``n_saved`` checkpoints of ``folder``, and
+    its saver deletes the older ones after its next write."""
+    files = list_checkpoints(folder)
+    keep = files[-n_saved:]
+    checkpoint.load_state_dict({"_saved": [(int(p.stem.rsplit("_", 1)[1]), p.name) for p in keep]})
+    for path in files[: len(files) - len(keep)]:
+        checkpoint.save_handler.remove(path.name)
+
+
+def _drop_untracked_best(best: Checkpoint) -> None:
+    """After a resume: best-policy files the restored state does not name were written after the
+    checkpoint (by the run that was interrupted); its saver deletes them after its next write.
+    A name of the restored state whose file is gone keeps its score: the next better evaluation
+    replaces it, as it would have in the uninterrupted run."""
+    folder = Path(best.save_handler.dirname)
+    named = {filename for _, filename in best.state_dict()["_saved"]}
+    for path in sorted(folder.glob(f"{best.filename_prefix}_*.pt")):
+        if path.name not in named:
+            best.save_handler.remove(path.name)
+
+
+def _existing_or_none(path: str | Path | None) -> str | None:
+    """``path`` as a string for ``summary.json`` if the file is there; else ``None`` (JSON null)."""
+    return None if path is None or not Path(path).is_file() else str(path)
 
 
 def train(
@@ -132,48 +209,99 @@ def train(
     line: ``kind`` train/eval, ``frames``, ``optim_steps``, losses, metrics), ``checkpoints/``
     (the latest ``n_saved`` full checkpoints ``checkpoint_<frames>.pt``: every Ignite epoch or
     every ``checkpoint_every`` batches, and at the end; the complete state of
-    :func:`engine_rl.checkpoint.training_state`, written atomically; load with
-    ``torch.load(path, weights_only=True)``), ``best/`` (an inference checkpoint of the policy
-    with the best evaluation return so far, ``best_policy_<frames>_eval_return=<score>.pt``),
-    ``inference.pt`` (inference checkpoint of the final policy: ``engine-rl eval`` reads it),
-    ``policy.pt`` (the evaluation policy's state_dict) and ``summary.json`` (returned too). The
-    summary's paths (``checkpoint``, ``best_checkpoint``, ``inference``, ``metrics``,
-    ``resumed_from``) are ``out_dir``'s files as ``out_dir`` was given (relative to the working
-    directory if it is relative), or null where there is none (no evaluation yet: no best);
-    ``resumed_from``, the checkpoint the run started from, may since have been pruned
-    (``n_saved``).
+    :func:`engine_rl.checkpoint.training_state`, written atomically, the oldest deleted only
+    after the new one is in place; load with ``torch.load(path, weights_only=True)``), ``best/``
+    (an inference checkpoint of the policy with the best evaluation return so far,
+    ``best_policy_<frames>_eval_return=<score>.pt``), ``inference.pt`` (inference checkpoint of
+    the final policy: ``engine-rl eval`` reads it), ``policy.pt`` (the evaluation policy's
+    state_dict) and ``summary.json`` (returned too). The summary's paths (``checkpoint``,
+    ``best_checkpoint``, ``inference``, ``metrics``, ``resumed_from``) are ``out_dir``'s files as
+    ``out_dir`` was given (relative to the working directory if it is relative), or null where
+    there is none (no evaluation yet: no best); ``resumed_from``, the checkpoint the run started
+    from, may since have been pruned (``n_saved``).
     With ``visdom`` (a server URL), the run is also plotted live there, in a visdom env named
     after ``out_dir``.
+
+    While it runs, ``out_dir/run.lock`` (:class:`engine_rl.run_lock.RunLock`) keeps a second run
+    out of the folder; it is released when the run ends, also on an error, and a lock left by a
+    killed run is taken over with a warning. No checkpoint is written from a network or optimizer
+    holding NaN/Inf, and a failed write (full disk, permission) leaves the previous checkpoint
+    intact: both raise :class:`~engine_rl.checkpoint.CheckpointError`, and the run resumes later.
 
     Args:
         resume: continue the run in ``out_dir`` from its newest checkpoint (``True``) or from
             the given checkpoint file. ``config`` must equal the saved ``config.json`` (see
-            :func:`load_run_config`). ``metrics.jsonl`` is cut back to the checkpoint's frames.
-            With no checkpoint yet (killed before the first), the run starts over.
+            :func:`load_run_config`). ``metrics.jsonl`` is cut back to the checkpoint's frames,
+            and the checkpoints past them are deleted (resuming from an older file replaces
+            what followed it). With no checkpoint yet (killed before the first), the run starts over.
         checkpoint_every: batches between full checkpoints (default: each Ignite epoch).
         until_frames: pause once this many frames are collected: checkpoint and return (the
             summary says ``"paused": true``); ``resume`` continues.
         patience: stop when the evaluation return has not improved for this many evaluations
             (Ignite's ``EarlyStopping`` on the recipe's evaluator).
 
+    Raises:
+        RunError: before training: ``out_dir`` is empty, a file, or cannot be written; another run
+            holds its lock; nothing to resume or a changed config; a fresh run into a folder with
+            checkpoints; a bad option. Also a run file (``summary.json``...) that cannot be written.
+        CheckpointError: a checkpoint cannot be read, or cannot be written (its message names the
+            file, the reason and the previous checkpoint, which is intact).
+
     Distributed: called in every process of an ``ignite.distributed`` group (``engine-rl train
     --nproc N``, see :mod:`engine_rl.distributed`), each rank builds the recipe with its own
     seeds and trains data-parallel (:func:`handlers.distributed.make_data_parallel`); the
-    config's ``total_frames`` counts the frames of all ranks. Rank 0 alone writes
-    ``config.json``, metrics, the best and inference checkpoints, ``policy.pt``, the summary and
+    config's ``total_frames`` counts the frames of all ranks. Rank 0 alone holds the lock and
+    writes ``config.json``, metrics, the best and inference checkpoints, ``policy.pt``, the summary and
     the dashboard; every rank writes its own full checkpoints (rank 0 in ``checkpoints/``, rank
     ``r`` in ``checkpoints/rank<r>/``, at the same steps) and resumes from its own file.
     """
     recipe = get_recipe(name)
+    lead = idist.get_rank() == 0  # writes the run's files
+    _check_options(checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience)
+    out = _check_out(out_dir)
+    if resume and lead and not (out / "config.json").is_file():  # before creating a folder for nothing
+        raise _nothing_to_resume(out)
+    _make_out(out)
+    lock = RunLock(out) if lead else None
+    if lock is not None:
+        try:
+            lock.acquire()
+        except RunLockError as err:
+            raise RunError(str(err)) from err
+    try:
+        if resume and lead:  # (other ranks may run on machines without config.json; a failure here stops them)
+            _check_same_config(out, name, config)
+        return _train(
+            recipe, name, config, out, progress=progress, log_every=log_every, n_saved=n_saved, visdom=visdom,
+            resume=resume, checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience,
+        )
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(
+    recipe: Any,
+    name: str,
+    config: Any,
+    out: Path,
+    *,
+    progress: bool,
+    log_every: int,
+    n_saved: int,
+    visdom: str | None,
+    resume: bool | str | Path,
+    checkpoint_every: int | None,
+    until_frames: int | None,
+    patience: int | None,
+) -> dict[str, Any]:
+    """:func:`train` once the folder is checked and locked."""
     rank, world = idist.get_rank(), idist.get_world_size()
-    lead = rank == 0  # writes the run's files
-    out = Path(out_dir)
+    lead = rank == 0
     ckpt_dir = out / "checkpoints"
     own_ckpt_dir = rank_checkpoint_dir(ckpt_dir, rank)
     resume_from: Path | None = None
     if resume:
-        if lead:  # (other ranks may run on machines without config.json; a failure here stops them)
-            _check_same_config(out, name, config)
         try:
             resume_from = resume_path(ckpt_dir, resume)
         except ValueError as err:
@@ -181,17 +309,14 @@ def train(
         remove_partial_files(own_ckpt_dir)
         if lead:
             remove_partial_files(out / "best")
+            remove_partial_files(out)
     elif latest_checkpoint(ckpt_dir) is not None:
         raise RunError(
             f"{out} already holds checkpoints of a run ({latest_checkpoint(ckpt_dir).name}); "
             "continue it with --resume, or use another --out"
         )
-    for arg, value in (("checkpoint_every", checkpoint_every), ("until_frames", until_frames), ("patience", patience)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise RunError(f"train: {arg} must be a positive int or None, got {value!r}")
-    out.mkdir(parents=True, exist_ok=True)
     if not resume and lead:
-        (out / "config.json").write_text(json.dumps(_config_record(name, config), indent=2))
+        _write_text(out / "config.json", json.dumps(_config_record(name, config), indent=2))
 
     build_config = rank_config(config, rank) if world > 1 else config  # each rank its own envs and seeds
     seed = getattr(build_config, "seed", None)
@@ -221,13 +346,13 @@ def train(
         config=dataclasses.asdict(config),
     )
     validation = next((o for o in attached_objects(trainer) if isinstance(o, ValidationRollout)), None)
-    best: Checkpoint | None = None
+    best: SafeCheckpoint | None = None
     early_stop: EarlyStopping | None = None
     if validation is not None:
-        best = Checkpoint(
+        best = SafeCheckpoint(
             {"policy": inference}, AtomicDiskSaver(out / "best"), filename_prefix="best", n_saved=1,
             score_function=lambda evaluator: evaluator.state.metrics["return_mean"], score_name="eval_return",
-            global_step_transform=lambda *_: trainer.state.frames,
+            global_step_transform=lambda *_: trainer.state.frames, step_name="frames",
         )
         validation.evaluator.add_event_handler(Events.COMPLETED, best)
         if patience is not None:
@@ -236,19 +361,21 @@ def train(
     elif patience is not None:
         raise RunError(f"train: patience needs evaluations, but recipe {name!r} attaches no ValidationRollout")
 
-    to_save = training_state(trainer, setup.to_save)
+    # the best checkpoint under the key it had as a plain Ignite Checkpoint, so older runs resume
+    to_save = training_state(trainer, {**setup.to_save, **({"evaluator.Checkpoint": best} if best else {})})
+    checkpoint = SafeCheckpoint(
+        to_save, rank_disk_saver(ckpt_dir), n_saved=n_saved,
+        global_step_transform=lambda engine, _: engine.state.frames, step_name="frames",
+    )
     if resume_from is not None:
         restore(to_save, resume_from)
+        frames = int(trainer.state.frames)
         if lead:
-            _truncate_metrics(metrics_path, int(trainer.state.frames))
-
-    checkpoint = Checkpoint(
-        to_save, rank_disk_saver(ckpt_dir), n_saved=n_saved,
-        global_step_transform=lambda engine, _: engine.state.frames,
-    )
-    if resume_from is not None:  # keep pruning the files the previous process wrote
-        older = list_checkpoints(own_ckpt_dir)
-        checkpoint.load_state_dict({"_saved": [(int(p.stem.rsplit("_", 1)[1]), p.name) for p in older]})
+            _truncate_metrics(metrics_path, frames)
+        _drop_newer_checkpoints(own_ckpt_dir, frames)
+        _track_files_on_disk(checkpoint, own_ckpt_dir, n_saved)  # keep pruning what the previous process wrote
+        if best is not None and lead:
+            _drop_untracked_best(best)
 
     def checkpoint_due(engine: Any, iteration: int) -> bool:
         every = checkpoint_every or engine.state.epoch_length
@@ -281,8 +408,10 @@ def train(
         setup.close()
     wall = time.perf_counter() - start
     if lead:
-        torch.save(setup.eval_policy.state_dict(), out / "policy.pt")
-        AtomicDiskSaver(out)(inference.state_dict(), "inference.pt")
+        saver = AtomicDiskSaver(out)
+        check_finite({"policy": inference}, where=f"{out / 'inference.pt'} at frames {trainer.state.frames}")
+        saver(setup.eval_policy.state_dict(), "policy.pt")
+        saver(inference.state_dict(), "inference.pt")
 
     metrics = trainer.state.metrics
     summary = {
@@ -297,13 +426,13 @@ def train(
         "stopped_early": early_stop is not None and early_stop.counter >= (patience or 0),
         "resumed_from": None if resume_from is None else str(resume_from),
         # with a DiskSaver, Ignite's last_checkpoint is the file's path already (saver folder / file name)
-        "checkpoint": _path_or_none(checkpoint.last_checkpoint),
-        "best_checkpoint": _path_or_none(best.last_checkpoint if best is not None else None),
+        "checkpoint": _existing_or_none(checkpoint.last_checkpoint),
+        "best_checkpoint": _existing_or_none(best.last_checkpoint if best is not None else None),
         "inference": str(out / "inference.pt"),
         "metrics": str(metrics_path),
     }
     if world > 1:
         summary["nproc"] = world
     if lead:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        _write_text(out / "summary.json", json.dumps(summary, indent=2))
     return summary

@@ -1,9 +1,11 @@
-"""Faults: SIGKILL mid-run, a kill during a checkpoint write, a damaged checkpoint, an env that raises.
+"""Faults: SIGKILL mid-run, a kill during a checkpoint write or between a new best policy and the
+next checkpoint, a damaged checkpoint, a resume from an older checkpoint, a full disk, an env that raises.
 
 Every recovery is checked against a straight run of the same config (dqn-cartpole, seed 1): the
 resumed run ends bitwise identical, so no work was lost beyond what the last checkpoint missed.
 """
 
+import errno
 import json
 import os
 import shutil
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -65,9 +68,12 @@ def test_sigkill_mid_run_then_resume_loses_only_the_work_since_the_last_checkpoi
     while not list_checkpoints(out / "checkpoints") and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.005)
     time.sleep(0.1)  # let it run past the checkpoint: that work is lost
-    os.kill(proc.pid, signal.SIGKILL)
+    # send_signal does nothing if the process has ended already (poll() above reaps a process that
+    # failed before its first checkpoint, and os.kill would raise ProcessLookupError): the assertion
+    # below then shows why it ended
+    proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
+    assert proc.returncode == -signal.SIGKILL, f"it ended with {proc.returncode}: {proc.stderr.read().decode()}"
     assert not (out / "summary.json").exists()  # it really died mid-run
 
     newest = latest_checkpoint(out / "checkpoints")
@@ -133,6 +139,96 @@ def test_damaged_newest_checkpoint_is_named_and_an_earlier_one_resumes(straight,
     assert_same_as_straight(out, straight)  # the damaged file is rewritten by the replayed batches
 
 
+DIE_AFTER_A_NEW_BEST = textwrap.dedent(
+    """
+    import os, signal, sys, torch
+    real_save = torch.save
+    bests = []
+
+    def save(obj, f, *args, **kwargs):  # killed as the checkpoint after the second best policy starts
+        name = os.path.basename(str(getattr(f, "name", "")))
+        if name.startswith(".best_policy_"):
+            bests.append(name)
+        elif name.startswith(".checkpoint_") and len(bests) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real_save(obj, f, *args, **kwargs)
+
+    torch.save = save
+    from engine_rl.cli import main
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+def best_files_named_by(checkpoint):
+    return [name for _, name in load_checkpoint(checkpoint)["evaluator.Checkpoint"]["_saved"]]
+
+
+def test_kill_between_a_new_best_policy_and_the_next_checkpoint_then_resume_matches_a_straight_run(
+    straight, tmp_path, capsys
+):
+    """Issue 27: the newest checkpoint's best-policy state names a file that the second best's
+    rotation deleted; every --resume used to crash on it (FileNotFoundError)."""
+    out = tmp_path / "killed"
+    res = subprocess.run([sys.executable, "-c", DIE_AFTER_A_NEW_BEST, "train", "dqn-cartpole", "--out", str(out), *ARGS],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    newest = latest_checkpoint(out / "checkpoints")
+    [named] = best_files_named_by(newest)
+    assert not (out / "best" / named).exists() and len(list((out / "best").glob("best_policy_*.pt"))) == 1
+    assert (out / "run.lock").exists()  # the killed run's lock: taken over with a warning
+
+    summary = resume(out, capsys)
+    assert summary["resumed_from"] == str(newest) and summary["frames"] == TOTAL
+    assert_same_as_straight(out, straight)
+    assert [p.name for p in (out / "best").iterdir()] == [p.name for p in (straight / "best").iterdir()]
+    assert not (out / "run.lock").exists()
+
+
+def test_resume_from_an_older_checkpoint_replaces_what_followed_it(straight, tmp_path, capsys):
+    """The issue's reproduction: pause, then --resume the checkpoint before the last one (which the
+    damaged-checkpoint error advises); its best state names a best policy deleted since."""
+    out = tmp_path / "run"
+    assert main(["train", "dqn-cartpole", "--out", str(out), *ARGS, "--until-frames", "2048"]) == 0
+    older = out / "checkpoints" / "checkpoint_1536.pt"
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["checkpoint_1536.pt", "checkpoint_2048.pt"]
+    [named] = best_files_named_by(older)
+    assert not (out / "best" / named).exists()
+
+    summary = resume(out, capsys, "--resume", str(older))
+    assert summary["resumed_from"] == str(older) and summary["frames"] == TOTAL
+    assert_same_as_straight(out, straight)
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == [f"checkpoint_{TOTAL - 512}.pt", f"checkpoint_{TOTAL}.pt"]
+    assert Path(summary["best_checkpoint"]).is_file()
+
+
+def test_a_full_disk_while_checkpointing_is_one_error_and_the_run_resumes(straight, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    real_save = torch.save
+
+    def save(obj, f, *args, **kwargs):  # the disk fills up during the second checkpoint
+        if str(getattr(f, "name", "")).endswith(".checkpoint_1024.pt.partial"):
+            f.write(b"PK\x03\x04 the first bytes")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+    capsys.readouterr()
+    assert main(["train", "dqn-cartpole", "--out", str(out), *ARGS]) == 1
+    err = capsys.readouterr().err
+    ckpt = out / "checkpoints"
+    assert err == (f"engine-rl: error: checkpoint {ckpt / 'checkpoint_1024.pt'}: cannot be written (No space left on "
+                   f"device); the partial file was removed; the previous checkpoint, {ckpt / 'checkpoint_512.pt'}, "
+                   "is intact\n")
+    assert sorted(p.name for p in ckpt.iterdir()) == ["checkpoint_512.pt"]
+    assert not (out / "run.lock").exists() and not (out / "summary.json").exists()
+
+    monkeypatch.undo()  # space again
+    summary = resume(out, capsys)
+    assert summary["resumed_from"] == str(ckpt / "checkpoint_512.pt")
+    assert_same_as_straight(out, straight)
+
+
 FAULT = {"on": True}
 
 
@@ -165,7 +261,7 @@ def test_env_error_names_env_and_step_and_keeps_the_latest_checkpoint(tmp_path, 
     )
     assert "at vector step 400;" in err and f"the latest checkpoint, {newest}, is intact: continue with --resume" in err
     assert load_checkpoint(newest)["trainer"]["frames"] == 1536  # written before the failing batch
-    assert not (out / "summary.json").exists()
+    assert not (out / "summary.json").exists() and not (out / "run.lock").exists()  # the lock released on the error
 
     FAULT["on"] = False  # the sensor is fixed: the run continues from the checkpoint
     summary = resume(out, capsys)

@@ -37,6 +37,7 @@ def test_every_path_in_the_summary_exists(relative, tmp_path, monkeypatch):
     assert summary["checkpoint"] == f"{out}/checkpoints/checkpoint_512.pt"
     assert summary["best_checkpoint"].startswith(f"{out}/best/best_policy_")
     assert_paths_exist(summary, relative=relative)
+    assert not (tmp_path / out / "run.lock").exists()  # released at the end of the run
 
 
 def test_a_paused_run_writes_null_where_there_is_no_file_and_its_resume_names_files_that_exist(
