@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from engine_rl.checkpoint import list_checkpoints
 from engine_rl.cli import main
 from engine_rl.recipes import RECIPES
 from support.compare import differences, log
@@ -71,6 +72,23 @@ def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(recipe, 
         k: v for k, v in resumed.items() if k.startswith("eval_")}
     if recipe == "dqn-cartpole":
         assert a["replay"]["storage"]["size"] == 2048 and a["replay"]["sampler"]["priorities"].dtype == torch.float64
+
+
+def test_resume_from_the_older_of_two_checkpoints_is_bitwise_identical_too(tmp_path, capsys):
+    """``--resume OLDER.pt``: the newer checkpoint is dropped and the run replays from the older one."""
+    recipe, args = "ppo-cartpole", ARGS["ppo-cartpole"]
+    straight = train_cli(recipe, tmp_path / "straight", *args, capsys=capsys)
+    train_cli(recipe, tmp_path / "split", *args, "--until-frames", "512")
+    older, newer = list_checkpoints(tmp_path / "split" / "checkpoints")
+    assert (older.name, newer.name) == ("checkpoint_256.pt", "checkpoint_512.pt")
+    resumed = train_cli(recipe, tmp_path / "split", "--resume", str(older), *args[args.index("--checkpoint-every"):],
+                        capsys=capsys)
+    assert resumed["resumed_from"] == str(older) and resumed["frames"] == straight["frames"]
+    final = f"checkpoint_{straight['frames']}.pt"
+    a = torch.load(tmp_path / "straight" / "checkpoints" / final, weights_only=True)
+    b = torch.load(tmp_path / "split" / "checkpoints" / final, weights_only=True)
+    assert differences(a, b) == []
+    assert log(tmp_path / "straight" / "metrics.jsonl") == log(tmp_path / "split" / "metrics.jsonl")
 
 
 def test_eval_command_reports_the_last_evaluation_of_the_run(tmp_path, capsys):
