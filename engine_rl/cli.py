@@ -1,11 +1,25 @@
-"""The ``engine-rl`` command; each sub-command lives in :mod:`engine_rl.commands`."""
+"""The ``engine-rl`` command; each sub-command lives in :mod:`engine_rl.commands`.
+
+Every failure ends in one line on stderr, ``engine-rl: error: ...``, naming what was wrong,
+and an exit status: 2 for bad input (arguments, config fields, files that cannot be used),
+1 for a run that failed. ``--debug`` (before or after the sub-command) shows the traceback
+instead. Python warnings print as one line too, ``engine-rl: warning: ...``.
+
+Examples:
+    >>> main(["train", "dqn-cartpole", "--set", "gamma=2"])  # stderr: the line below
+    2
+
+    prints ``engine-rl: error: DQNConfig: gamma must be a number in [0, 1], got 2.0``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import sys
+import warnings
 
-from engine_rl.commands import COMMANDS
+from engine_rl.commands import COMMANDS, fail
 
 __all__ = ["main", "build_parser"]
 
@@ -14,17 +28,49 @@ def _command(name: str):
     return importlib.import_module(f"engine_rl.commands.{name}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one ``engine-rl: error:`` line (status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        where = self.prog.removeprefix("engine-rl").strip()
+        self.exit(2, f"engine-rl: error: {where + ': ' if where else ''}{message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="engine-rl", description="Event-driven RL training on pytorch-ignite.")
+    parser = _Parser(prog="engine-rl", description="Event-driven RL training on pytorch-ignite.")
+    parser.add_argument("--debug", action="store_true", help="on an error, show the traceback")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         _command(name).add_parser(sub)
+    for command in sub.choices.values():  # `engine-rl train ... --debug` too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="on an error, show the traceback")
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """Python warnings as one line, ``engine-rl: warning: <category>: <message>``."""
+    text = " ".join(str(message).split())
+    print(f"engine-rl: warning: {category.__name__}: {text}", file=file or sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return _command(args.command).run(args)
+    """Run ``engine-rl`` with ``argv``; return the exit status (0 ok, 2 bad input, 1 failed run)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, or a usage error already printed as one line
+        return exit_.code if isinstance(exit_.code, int) else 0
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return _command(args.command).run(args)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("engine-rl: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # the last resort: nothing leaves as a raw traceback without --debug
+        return fail(err, debug=args.debug)
 
 
 if __name__ == "__main__":  # pragma: no cover

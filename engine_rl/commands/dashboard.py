@@ -11,12 +11,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from engine_rl.commands import fail
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser("dashboard", help="serve the visdom dashboard offline on 127.0.0.1, or replay a run into it",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d.add_argument("--port", type=int, default=8097, help="port (default 8097; 0: any free port)")
-    d.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    d.add_argument("--host", default="127.0.0.1",
+                   help="loopback address to bind (default 127.0.0.1; ::1 or localhost: the dashboard has no "
+                        "authentication, so other addresses are refused)")
     d.add_argument("--env-path", default=None, help="where visdom saves envs (default ~/.visdom)")
     d.add_argument("--replay", metavar="RUN_DIR", default=None,
                    help="plot a run's metrics.jsonl (finished or crashed) into the server at --host/--port, "
@@ -61,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
             server.start()
             url = server.url
     except (ValueError, RuntimeError, ModuleNotFoundError, OSError) as err:
-        print(f"engine-rl: error: {err}", file=sys.stderr)
-        return 2
+        return fail(err, 2, debug=getattr(args, "debug", False))
     assert url is not None
     try:
         if args.replay:
@@ -85,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except (ConnectionError, FileNotFoundError, TimeoutError) as err:
-        print(f"engine-rl: error: {err}", file=sys.stderr)
-        return 1
+        return fail(err, 1, debug=getattr(args, "debug", False))
     finally:
         if server is not None:
             server.stop()

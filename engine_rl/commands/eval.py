@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from engine_rl.checkpoint import CheckpointError, InferenceState, attached_objects, load_inference
 from engine_rl.collectors import make_vec_env
+from engine_rl.commands import fail
 from engine_rl.evaluation import Evaluator, create_evaluator
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config
@@ -35,8 +35,11 @@ def evaluate_checkpoint(path: str | Path, *, episodes: int | None = None, seed: 
     if path.is_dir():
         path = path / "inference.pt"
     state = load_inference(path)
-    recipe = get_recipe(state["recipe"])
-    config = make_config(recipe.name, {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()})
+    try:
+        recipe = get_recipe(state["recipe"])
+        config = make_config(recipe.name, {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()})
+    except ValueError as err:  # e.g. its env is not registered here
+        raise ValueError(f"checkpoint {path}: its recipe and config cannot be rebuilt here: {err}") from err
     setup = recipe.build(config)
     try:
         try:
@@ -69,6 +72,8 @@ def evaluate_checkpoint(path: str | Path, *, episodes: int | None = None, seed: 
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the metrics as JSON; a bad argument or checkpoint is one error line (status 2 for a
+    ``ValueError``, 1 for a ``CheckpointError``)."""
     try:
         for name in ("episodes", "seed"):
             value = getattr(args, name)
@@ -76,7 +81,6 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--{name} must be {'>= 1' if name == 'episodes' else '>= 0'}, got {value}")
         result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, seed=args.seed)
     except (ValueError, CheckpointError) as err:
-        print(f"engine-rl: error: {err}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) else 1
+        return fail(err, debug=getattr(args, "debug", False))
     print(json.dumps(result))
     return 0

@@ -26,8 +26,9 @@ import ignite.distributed as idist
 import torch
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
-from engine_rl.checkpoint import CheckpointError, latest_checkpoint
+from engine_rl.checkpoint import latest_checkpoint
 from engine_rl.collectors import EnvError
+from engine_rl.commands import fail, one_line
 from engine_rl.distributed import launched_externally, run_parallel
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.config import apply_overrides
@@ -73,30 +74,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        get_recipe(args.recipe)
-        overrides = list(args.overrides)
-        if args.frames is not None:
-            overrides.append(f"total_frames={args.frames}")
-        if args.seed is not None:
-            overrides.append(f"seed={args.seed}")
-        if args.resume:
-            seed = args.seed if args.seed is not None else make_config(args.recipe).seed
-            out = args.out or f"runs/{args.recipe}-seed{seed}"
-            config = load_run_config(out, args.recipe)
-            if overrides:  # the runner refuses them if they change the saved config
-                config = apply_overrides(config, overrides)
-        else:
-            config = make_config(args.recipe, overrides)
-            out = args.out or f"runs/{args.recipe}-seed{config.seed}"
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        parallel = _parallel_options(args)
-    except ValueError as err:
-        print(f"engine-rl: error: {err}", file=sys.stderr)
-        return 2
+    """Train as ``args`` say; a bad argument or config field raises a ``ValueError`` naming it
+    (``engine_rl.cli.main`` prints it as one line, status 2)."""
+    get_recipe(args.recipe)
+    for name in ("threads", "checkpoint_every", "until_frames", "patience"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    overrides = list(args.overrides)
+    if args.frames is not None:
+        overrides.append(f"total_frames={args.frames}")
+    if args.seed is not None:
+        overrides.append(f"seed={args.seed}")
+    if args.resume:
+        seed = args.seed if args.seed is not None else make_config(args.recipe).seed
+        out = args.out if args.out is not None else f"runs/{args.recipe}-seed{seed}"
+        config = load_run_config(out, args.recipe)
+        if overrides:  # the runner refuses them if they change the saved config
+            config = apply_overrides(config, overrides)
+    else:
+        config = make_config(args.recipe, overrides)
+        out = args.out if args.out is not None else f"runs/{args.recipe}-seed{config.seed}"
+    parallel = _parallel_options(args)
+    debug = getattr(args, "debug", False)
     job = {
-        "recipe": args.recipe, "config": config, "out": out, "threads": args.threads,
+        "recipe": args.recipe, "config": config, "out": out, "threads": args.threads, "debug": debug,
         "options": {
             "progress": not args.no_progress, "visdom": args.visdom, "resume": args.resume,
             "checkpoint_every": args.checkpoint_every, "until_frames": args.until_frames, "patience": args.patience,
@@ -113,8 +115,11 @@ def _train_parallel(job: dict, parallel: dict) -> int:
         run_parallel(_worker, job, **parallel)
     except ProcessExitedException as err:  # the failing process printed its error
         return err.exit_code if err.exit_code in (1, 2) else 1
-    except ProcessRaisedException as err:
-        print(f"engine-rl: error: a training process failed:{err}", file=sys.stderr)
+    except ProcessRaisedException as err:  # its message ends with the process's traceback
+        if job["debug"]:
+            raise
+        last = [line for line in str(err).splitlines() if line.strip()][-1:]
+        print(f"engine-rl: error: a training process failed: {last[0].strip() if last else err}", file=sys.stderr)
         return 1
     return 0
 
@@ -161,7 +166,18 @@ def _parallel_options(args: argparse.Namespace) -> dict | None:
         return {"backend": args.backend}
     if args.nproc < 1:
         raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
-    if args.nproc == 1 and (args.nnodes or 1) == 1:
+    if args.nnodes is not None and args.nnodes < 1:
+        raise ValueError(f"--nnodes must be >= 1, got {args.nnodes}")
+    nnodes = args.nnodes or 1
+    if args.node_rank is not None and not 0 <= args.node_rank < nnodes:
+        raise ValueError(f"--node-rank must be in [0, {nnodes - 1}] (--nnodes {nnodes}), got {args.node_rank}")
+    if nnodes > 1 and (args.node_rank is None or args.master_addr is None or args.master_port is None):
+        raise ValueError(f"--nnodes {nnodes} needs --node-rank, --master-addr and --master-port")
+    if args.master_port is not None and not 1 <= args.master_port <= 65535:
+        raise ValueError(f"--master-port must be a port number in [1, 65535], got {args.master_port}")
+    if args.backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError("--backend nccl needs CUDA GPUs and none is available here; use --backend gloo")
+    if args.nproc == 1 and nnodes == 1:
         return None
     return {"nproc_per_node": args.nproc, "backend": args.backend, **multi_node}
 
@@ -176,14 +192,20 @@ def _train_and_report(job: dict) -> int:
     try:
         summary = train(job["recipe"], job["config"], out, **job["options"])
     except RunError as err:  # the same on every rank: one process per machine says it
+        if job["debug"]:
+            raise
         if idist.get_local_rank() == 0:
-            print(f"engine-rl: error{who if rank else ''}: {err}", file=sys.stderr)
+            fail(err, 2, who=who if rank else "")
         return 2
-    except (CheckpointError, EnvError) as err:
+    except EnvError as err:
+        if job["debug"]:
+            raise
         latest = latest_checkpoint(f"{out}/checkpoints")
         hint = f"; the latest checkpoint, {latest}, is intact: continue with --resume" if latest else ""
-        print(f"engine-rl: error{who}: {err}{hint if isinstance(err, EnvError) else ''}", file=sys.stderr)
+        print(f"engine-rl: error{who}: {one_line(err)}{hint}", file=sys.stderr)
         return 1
+    except Exception as err:  # CheckpointError, a config the recipe cannot build, ...: one line
+        return fail(err, debug=job["debug"], who=who)
     if rank == 0:
         print(json.dumps(summary), flush=True)
     return 0

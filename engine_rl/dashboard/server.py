@@ -10,6 +10,7 @@ the process that started it is gone.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import select
 import signal
@@ -21,11 +22,25 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine_rl.dashboard.assets import install_assets, missing_assets
-from engine_rl.dashboard.serve import READY
+from engine_rl.dashboard.serve import FAILED, READY
 
-__all__ = ["VisdomServer"]
+__all__ = ["VisdomServer", "VisdomServerError"]
 
 _SERVE = str(Path(__file__).with_name("serve.py"))
+
+
+class VisdomServerError(RuntimeError):
+    """The server did not start (the port is in use, assets are missing, ...); the message says why."""
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, ``127.x.x.x``, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class VisdomServer:
@@ -33,7 +48,8 @@ class VisdomServer:
 
     Args:
         port: the port (0: a free one, see :attr:`port` once started).
-        host: the address to bind; keep the loopback default unless you mean to expose it.
+        host: the loopback address to bind (``127.0.0.1``, ``::1`` or ``localhost``); any other
+            is refused: visdom has no authentication, so the server is for this machine only.
         env_path: where visdom saves envs (default: visdom's, ``~/.visdom``).
         install: install missing page assets from npm before starting (first-start fallback);
             with False a missing asset is an error.
@@ -61,6 +77,11 @@ class VisdomServer:
     ) -> None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"VisdomServer: argument port must be an int in [0, 65535], got {port!r}")
+        if not _is_loopback(host):
+            raise ValueError(
+                f"VisdomServer: argument host must be a loopback address (127.0.0.1, ::1 or localhost), got {host!r}: "
+                "visdom has no authentication, so the dashboard serves this machine only"
+            )
         self.requested_port = port
         self.host = host
         self.env_path = None if env_path is None else Path(env_path)
@@ -83,7 +104,7 @@ class VisdomServer:
             install_assets()
             missing = missing_assets()
         if missing:
-            raise RuntimeError(
+            raise VisdomServerError(
                 f"VisdomServer: visdom's page assets are missing ({', '.join(missing[:4])}"
                 f"{', ...' if len(missing) > 4 else ''}); run `engine-rl dashboard --install-assets` "
                 "(needs npm and the npm registry once)"
@@ -123,7 +144,7 @@ class VisdomServer:
             ready, _, _ = select.select([self._proc.stdout], [], [], max(0.0, min(0.5, deadline - time.monotonic())))
             if ready:
                 line = self._proc.stdout.readline()
-                if line.startswith(READY) or not line:
+                if line.startswith((READY, FAILED)) or not line:
                     break
             elif self._proc.poll() is not None:
                 break
@@ -133,10 +154,17 @@ class VisdomServer:
             except subprocess.TimeoutExpired:
                 code = None
             self.stop()
-            why = f"it exited with code {code}" if code is not None else f"no answer within {self.startup_timeout:.0f} s"
-            raise RuntimeError(
-                f"VisdomServer: the server did not start on {self.host}:{self.requested_port}: {why} "
-                f"(log: {self.log_path}):\n{self._log_tail()}"
+            if line.startswith(FAILED):
+                why = line[len(FAILED):].strip()
+            elif code is not None:
+                why = f"it exited with code {code}"
+            else:
+                why = f"no answer within {self.startup_timeout:.0f} s"
+            log = f" (log: {self.log_path})" if self.log_path is not None else ""
+            tail = self._log_tail()
+            raise VisdomServerError(
+                f"VisdomServer: the server did not start on {self.host}:{self.requested_port}: {why}{log}"
+                + (f":\n{tail}" if tail else "")
             )
         self._proc.stdout.close()
         self.url = line.split()[-1]
