@@ -215,7 +215,8 @@ def test_killed_worker_raises_a_clear_error_and_leaves_no_process():
 @pytest.mark.parametrize(
     "env_fn, policy, match",
     [
-        (partial(make_vec_env, "NoSuchEnv-v0", 2), QValuePolicy(nn.Linear(4, 2)), "raised NameNotFound: .*NoSuchEnv"),
+        (partial(make_vec_env, "NoSuchEnv-v0", 2), QValuePolicy(nn.Linear(4, 2)),
+         "raised ValueError: make_vec_env: env_id 'NoSuchEnv-v0' is not a registered gymnasium env"),
         (CARTPOLE, QValuePolicy(nn.Linear(3, 2)), "raised RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
     ],
     ids=["env", "policy"],
