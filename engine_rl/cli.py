@@ -3,7 +3,9 @@
 Every failure ends in one line on stderr, ``engine-rl: error: ...``, naming what was wrong,
 and an exit status: 2 for bad input (arguments, config fields, files that cannot be used),
 1 for a run that failed. ``--debug`` (before or after the sub-command) shows the traceback
-instead. Python warnings print as one line too, ``engine-rl: warning: ...``.
+instead. Python warnings print as one line too, ``engine-rl: warning: ...``. Ignite's own log
+lines about a run ending on an exception ("Current run is terminating due to exception", ...)
+repeat that error, so they are shown only with ``--debug``.
 
 Examples:
     >>> main(["train", "dqn-cartpole", "--set", "gamma=2"])  # stderr: the line below
@@ -15,7 +17,9 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import sys
 import warnings
 
@@ -54,6 +58,19 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"engine-rl: warning: {category.__name__}: {text}", file=file or sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def _ignite_logs(*, shown: bool):
+    """Ignite's loggers at their level with ``shown``, else errors and below hidden (restored after)."""
+    logger = logging.getLogger("ignite")
+    before = logger.level
+    if not shown:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``engine-rl`` with ``argv``; return the exit status (0 ok, 2 bad input, 1 failed run)."""
     try:
@@ -61,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, or a usage error already printed as one line
         return exit_.code if isinstance(exit_.code, int) else 0
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _ignite_logs(shown=args.debug):
             warnings.showwarning = _show_warning
             return _command(args.command).run(args)
     except KeyboardInterrupt:

@@ -85,9 +85,6 @@ def test_a_nan_reward_stops_every_recipe_before_any_checkpoint_of_it(tmp_path, n
     assert not list((tmp_path / "best").glob("*.pt"))
 
 
-@pytest.mark.xfail(strict=True, reason="Ignite's engine logger writes 'Current run is terminating due to exception: "
-                   "...' and 'Engine run is terminating ...' to stderr (logging's last resort handler) before the "
-                   "CLI's one line; the CLI should quiet the ignite logger")
 def test_cli_reports_a_nan_reward_in_one_line_with_exit_code_1(tmp_path):
     sets = [f"{k}={v}" for k, v in DQN.items() if k != "hidden"] + ["hidden=(32,32)"]
     env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
