@@ -256,21 +256,19 @@ def train(
     ``r`` in ``checkpoints/rank<r>/``, at the same steps) and resumes from its own file.
     """
     recipe = get_recipe(name)
-    lead = idist.get_rank() == 0  # writes the run's files
     _check_options(checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience)
-    out = _check_out(out_dir)
-    if resume and lead and not (out / "config.json").is_file():  # before creating a folder for nothing
-        raise _nothing_to_resume(out)
-    _make_out(out)
-    lock = RunLock(out) if lead else None
-    if lock is not None:
-        try:
-            lock.acquire()
-        except RunLockError as err:
-            raise RunError(str(err)) from err
+    out, lock, error = Path(out_dir), None, None
     try:
-        if resume and lead:  # (other ranks may run on machines without config.json; a failure here stops them)
-            _check_same_config(out, name, config)
+        out, lock = _open_run_folder(out_dir, name, config, resume)
+    except RunError as err:
+        error = err
+    if not _on_every_rank(error is None):  # a rank that cannot start stops them all, before any collective
+        if lock is not None:
+            lock.release()
+        raise error or RunError(
+            f"--out {out_dir}: another process of this run cannot start it (the first process's error says why)"
+        )
+    try:
         return _train(
             recipe, name, config, out, progress=progress, log_every=log_every, n_saved=n_saved, visdom=visdom,
             resume=resume, checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience,
@@ -278,6 +276,39 @@ def train(
     finally:
         if lock is not None:
             lock.release()
+
+
+def _open_run_folder(
+    out_dir: str | Path, name: str, config: Any, resume: bool | str | Path
+) -> tuple[Path, RunLock | None]:
+    """Check and create the run folder; on rank 0, also take its lock (returned) and check the
+    config against the saved one to resume. Raises :class:`RunError`, with the lock released."""
+    lead = idist.get_rank() == 0  # writes the run's files
+    out = _check_out(out_dir)
+    if resume and lead and not (out / "config.json").is_file():  # before creating a folder for nothing
+        raise _nothing_to_resume(out)
+    _make_out(out)
+    if not lead:  # (other ranks may run on machines without config.json)
+        return out, None
+    lock = RunLock(out)
+    try:
+        lock.acquire()
+    except RunLockError as err:
+        raise RunError(str(err)) from err
+    try:
+        if resume:
+            _check_same_config(out, name, config)
+    except BaseException:
+        lock.release()
+        raise
+    return out, lock
+
+
+def _on_every_rank(ok: bool) -> bool:
+    """Whether ``ok`` holds on every rank of the process group (one all-reduce; ``ok`` when alone)."""
+    if idist.get_world_size() == 1:
+        return ok
+    return bool(idist.all_reduce(torch.tensor([int(ok)]), op="MIN").item())
 
 
 def _train(

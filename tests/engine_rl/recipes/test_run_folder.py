@@ -98,6 +98,22 @@ def test_a_folder_locked_by_another_run_is_refused_naming_its_pid(tmp_path, caps
     assert sorted(p.name for p in out.iterdir()) == []  # no config.json, no checkpoints; the lock file gone
 
 
+def test_a_two_process_run_into_a_locked_folder_stops_both_processes_with_one_error(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    with RunLock(out) as lock:
+        started = lock.path.read_text().split("started=")[1].strip()
+        res = subprocess.run([sys.executable, "-m", "engine_rl", "train", "dqn-cartpole", "--out", str(out), "--nproc",
+                              "2", *SMALL], capture_output=True, text=True, timeout=300)
+    errors = [line for line in res.stderr.splitlines() if line.startswith("engine-rl: error")]
+    assert errors == [  # rank 0 says why; rank 1 stops too, without a second error
+        f"engine-rl: error: {out / LOCK_NAME}: the folder is in use by another run: process {os.getpid()} holds this "
+        f"lock (started {started}); wait for it to end or use another --out"
+    ], res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
 def test_a_concurrent_training_process_keeps_a_second_one_out(tmp_path, capsys):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "engine_rl", "train", "dqn-cartpole", "--out", str(out),
