@@ -197,10 +197,15 @@ class AtomicDiskSaver(DiskSaver):
         except BaseException:
             self.to_remove.clear()  # nothing new is in place: the old files stay
             raise
+        left = []
         for name in self.to_remove:
-            if name != filename:  # a file written again under its own name was just replaced
+            if name == filename:  # a file written again under its own name was just replaced
+                continue
+            try:
                 (Path(self.dirname) / name).unlink(missing_ok=True)
-        self.to_remove.clear()
+            except OSError:  # an extra old file is harmless: tried again after the next write
+                left.append(name)
+        self.to_remove = left
 
     def _write(self, checkpoint: Mapping, path: Path) -> None:
         tmp = path.with_name(f".{path.name}.partial")
@@ -212,8 +217,8 @@ class AtomicDiskSaver(DiskSaver):
             os.replace(tmp, path)
         except BaseException as err:
             tmp.unlink(missing_ok=True)
-            reason = _write_failure(err)
-            if reason is None:
+            reason = _write_failure(err) if isinstance(err, Exception) else None
+            if reason is None:  # an interrupt, or a bug in an object being saved: as it is
                 raise
             raise CheckpointError(f"checkpoint {path}: cannot be written ({reason}); the partial file was removed") from err
         try:  # make the rename itself durable

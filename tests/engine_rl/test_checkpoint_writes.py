@@ -93,6 +93,25 @@ def test_saver_removes_a_file_after_the_next_write_and_a_missing_file_is_no_erro
     assert names(tmp_path) == ["b.pt"] and load_checkpoint(tmp_path / "b.pt")["x"].item() == 2.0
 
 
+def test_an_old_file_that_cannot_be_deleted_stays_and_is_tried_again_after_the_next_write(tmp_path, monkeypatch):
+    saver = AtomicDiskSaver(tmp_path)
+    saver({"x": torch.zeros(1)}, "a.pt")
+    saver.remove("a.pt")
+    real_unlink = Path.unlink
+
+    def unlink(self, missing_ok=False):
+        if self.name == "a.pt":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        return real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    saver({"x": torch.zeros(1)}, "b.pt")  # written; the old file stays, no error
+    assert names(tmp_path) == ["a.pt", "b.pt"] and saver.to_remove == ["a.pt"]
+    monkeypatch.undo()
+    saver({"x": torch.zeros(1)}, "c.pt")
+    assert names(tmp_path) == ["b.pt", "c.pt"]
+
+
 def test_a_restored_best_naming_a_deleted_file_rotates_without_error(tmp_path):
     """The crash of issue 27: a best-checkpoint state saved in a full checkpoint names a file that the
     best's own rotation deleted later; resumed, the next better score replaces it as usual."""
