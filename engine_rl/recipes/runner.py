@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ import ignite.distributed as idist
 import numpy as np
 import torch
 from ignite.engine import Events
-from ignite.handlers import Checkpoint, EarlyStopping
+from ignite.handlers import EarlyStopping
 
 from engine_rl.checkpoint import (
     AtomicDiskSaver,
@@ -23,7 +22,6 @@ from engine_rl.checkpoint import (
     attached_objects,
     check_finite,
     latest_checkpoint,
-    list_checkpoints,
     remove_partial_files,
     restore,
     training_state,
@@ -31,7 +29,17 @@ from engine_rl.checkpoint import (
 from engine_rl.distributed import rank_checkpoint_dir, rank_config, rank_disk_saver, resume_path
 from engine_rl.recipes.base import get_recipe
 from engine_rl.recipes.config import apply_overrides
-from engine_rl.run_lock import RunLock, RunLockError
+from engine_rl.recipes.run_folder import (
+    RunError,
+    config_record,
+    drop_newer_checkpoints,
+    drop_untracked_best,
+    existing_or_none,
+    open_run_folder,
+    track_files_on_disk,
+    truncate_metrics,
+    write_text,
+)
 from handlers.distributed import AllReducedEpisodeStats, make_data_parallel
 from handlers.episodes import EpisodeStats, Throughput
 from handlers.metrics_log import MetricsLogger
@@ -39,12 +47,6 @@ from handlers.progress import FramesProgressBar
 from handlers.validation import ValidationRollout
 
 __all__ = ["RunError", "load_run_config", "make_config", "train"]
-
-
-class RunError(ValueError):
-    """The run cannot start as asked (a bad ``--out``, nothing to resume, a changed config, a
-    folder in use by another run), or one of its files cannot be written; the message names the
-    path or option and what is wrong."""
 
 
 def make_config(name: str, overrides: list[str] | dict[str, Any] | None = None, **fields: Any) -> Any:
@@ -77,116 +79,10 @@ def load_run_config(out_dir: str | Path, name: str | None = None) -> Any:
     return make_config(recipe, {k: _plain(v) for k, v in saved.items()})
 
 
-def _config_record(name: str, config: Any) -> dict[str, Any]:
-    return json.loads(json.dumps({"recipe": name, **dataclasses.asdict(config)}))
-
-
-def _nothing_to_resume(out: Path) -> RunError:
-    return RunError(f"--resume: {out} holds no run to resume (no config.json)")
-
-
-def _check_same_config(out: Path, name: str, config: Any) -> None:
-    path = out / "config.json"
-    if not path.is_file():
-        raise _nothing_to_resume(out)
-    saved, now = json.loads(path.read_text()), _config_record(name, config)
-    diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
-    if diff:
-        changes = ", ".join(f"{k} ({saved.get(k)!r} -> {now.get(k)!r})" for k in diff)
-        raise RunError(
-            f"--resume: the config differs from {path}: {changes}; resume with the saved config "
-            "(drop --frames/--seed/--set) or start a new run in another --out"
-        )
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all (``.NAME.partial``, then a rename); a failure is a
-    :class:`RunError` naming the file and the OS's reason."""
-    tmp = path.with_name(f".{path.name}.partial")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise RunError(f"{path}: cannot be written ({err.strerror or err})") from err
-
-
-def _truncate_metrics(path: Path, frames: int) -> None:
-    """Keep the lines logged up to ``frames`` (what the checkpoint saw): the resumed run logs the rest."""
-    if not path.is_file():
-        return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            break  # a line cut off by the kill
-        if int(record.get("frames", 0)) <= frames:
-            keep.append(line + "\n")
-    _write_text(path, "".join(keep))
-
-
-def _check_out(out_dir: str | Path) -> Path:
-    """``out_dir`` as a path, if it can name a run folder: not empty, not a file, not under a file."""
-    if not str(out_dir).strip():
-        raise RunError(f"--out {str(out_dir)!r}: empty; name the folder for the run's files (e.g. runs/my-run)")
-    out = Path(out_dir)
-    for path in (out, *out.parents):
-        if path.exists() and not path.is_dir():
-            where = "is a file" if path == out else f"is under {path}, which is a file"
-            raise RunError(f"--out {out}: {where}, not a folder; name a new or existing folder for the run's files")
-    return out
-
-
-def _make_out(out: Path) -> None:
-    """Create the run folder (and its parents); a failure or a read-only folder is a :class:`RunError`."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RunError(f"--out {out}: cannot create the folder ({err.strerror or err})") from err
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise RunError(f"--out {out}: the folder is not writable (permission denied); use another --out")
-
-
 def _check_options(**options: Any) -> None:
     for arg, value in options.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise RunError(f"train: {arg} must be a positive int or None, got {value!r}")
-
-
-def _drop_newer_checkpoints(folder: Path, frames: int) -> None:
-    """Delete the checkpoints of ``folder`` past ``frames``: the run resumed from an older one, so
-    they belong to a continuation it replaces (and a plain ``--resume`` must not pick them)."""
-    for path in list_checkpoints(folder):
-        if int(path.stem.rsplit("_", 1)[1]) > frames:
-            path.unlink(missing_ok=True)
-
-
-def _track_files_on_disk(checkpoint: Checkpoint, folder: Path, n_saved: int) -> None:
-    """After a resume: ``checkpoint`` rotates the newest ``n_saved`` checkpoints of ``folder``, and
-    its saver deletes the older ones after its next write."""
-    files = list_checkpoints(folder)
-    keep = files[-n_saved:]
-    checkpoint.load_state_dict({"_saved": [(int(p.stem.rsplit("_", 1)[1]), p.name) for p in keep]})
-    for path in files[: len(files) - len(keep)]:
-        checkpoint.save_handler.remove(path.name)
-
-
-def _drop_untracked_best(best: Checkpoint) -> None:
-    """After a resume: best-policy files the restored state does not name were written after the
-    checkpoint (by the run that was interrupted); its saver deletes them after its next write.
-    A name of the restored state whose file is gone keeps its score: the next better evaluation
-    replaces it, as it would have in the uninterrupted run."""
-    folder = Path(best.save_handler.dirname)
-    named = {filename for _, filename in best.state_dict()["_saved"]}
-    for path in sorted(folder.glob(f"{best.filename_prefix}_*.pt")):
-        if path.name not in named:
-            best.save_handler.remove(path.name)
-
-
-def _existing_or_none(path: str | Path | None) -> str | None:
-    """``path`` as a string for ``summary.json`` if the file is there; else ``None`` (JSON null)."""
-    return None if path is None or not Path(path).is_file() else str(path)
 
 
 def train(
@@ -259,7 +155,7 @@ def train(
     _check_options(checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience)
     out, lock, error = Path(out_dir), None, None
     try:
-        out, lock = _open_run_folder(out_dir, name, config, resume)
+        out, lock = open_run_folder(out_dir, name, config, resume)
     except RunError as err:
         error = err
     if not _on_every_rank(error is None):  # a rank that cannot start stops them all, before any collective
@@ -276,32 +172,6 @@ def train(
     finally:
         if lock is not None:
             lock.release()
-
-
-def _open_run_folder(
-    out_dir: str | Path, name: str, config: Any, resume: bool | str | Path
-) -> tuple[Path, RunLock | None]:
-    """Check and create the run folder; on rank 0, also take its lock (returned) and check the
-    config against the saved one to resume. Raises :class:`RunError`, with the lock released."""
-    lead = idist.get_rank() == 0  # writes the run's files
-    out = _check_out(out_dir)
-    if resume and lead and not (out / "config.json").is_file():  # before creating a folder for nothing
-        raise _nothing_to_resume(out)
-    _make_out(out)
-    if not lead:  # (other ranks may run on machines without config.json)
-        return out, None
-    lock = RunLock(out)
-    try:
-        lock.acquire()
-    except RunLockError as err:
-        raise RunError(str(err)) from err
-    try:
-        if resume:
-            _check_same_config(out, name, config)
-    except BaseException:
-        lock.release()
-        raise
-    return out, lock
 
 
 def _on_every_rank(ok: bool) -> bool:
@@ -347,7 +217,7 @@ def _train(
             "continue it with --resume, or use another --out"
         )
     if not resume and lead:
-        _write_text(out / "config.json", json.dumps(_config_record(name, config), indent=2))
+        write_text(out / "config.json", json.dumps(config_record(name, config), indent=2))
 
     build_config = rank_config(config, rank) if world > 1 else config  # each rank its own envs and seeds
     seed = getattr(build_config, "seed", None)
@@ -402,11 +272,11 @@ def _train(
         restore(to_save, resume_from)
         frames = int(trainer.state.frames)
         if lead:
-            _truncate_metrics(metrics_path, frames)
-        _drop_newer_checkpoints(own_ckpt_dir, frames)
-        _track_files_on_disk(checkpoint, own_ckpt_dir, n_saved)  # keep pruning what the previous process wrote
+            truncate_metrics(metrics_path, frames)
+        drop_newer_checkpoints(own_ckpt_dir, frames)
+        track_files_on_disk(checkpoint, own_ckpt_dir, n_saved)  # keep pruning what the previous process wrote
         if best is not None and lead:
-            _drop_untracked_best(best)
+            drop_untracked_best(best)
 
     def checkpoint_due(engine: Any, iteration: int) -> bool:
         every = checkpoint_every or engine.state.epoch_length
@@ -457,13 +327,13 @@ def _train(
         "stopped_early": early_stop is not None and early_stop.counter >= (patience or 0),
         "resumed_from": None if resume_from is None else str(resume_from),
         # with a DiskSaver, Ignite's last_checkpoint is the file's path already (saver folder / file name)
-        "checkpoint": _existing_or_none(checkpoint.last_checkpoint),
-        "best_checkpoint": _existing_or_none(best.last_checkpoint if best is not None else None),
+        "checkpoint": existing_or_none(checkpoint.last_checkpoint),
+        "best_checkpoint": existing_or_none(best.last_checkpoint if best is not None else None),
         "inference": str(out / "inference.pt"),
         "metrics": str(metrics_path),
     }
     if world > 1:
         summary["nproc"] = world
     if lead:
-        _write_text(out / "summary.json", json.dumps(summary, indent=2))
+        write_text(out / "summary.json", json.dumps(summary, indent=2))
     return summary

@@ -148,7 +148,7 @@ def test_atomic_saver_refuses_unloadable_objects_before_writing_and_leaves_no_pa
             raise RuntimeError("disk full")
 
     check_weights_only({"ok": [1, (2.0, "x"), None, torch.zeros(1)]})
-    import engine_rl.checkpoint as ck
+    import engine_rl.checkpoint_writes as ck
 
     original = ck.check_weights_only
     ck.check_weights_only = lambda *a, **k: None  # let the write itself fail midway

@@ -1,0 +1,166 @@
+"""The run folder (``--out``): its checks, its lock, whole-file writes, and what a resume keeps.
+
+:func:`open_run_folder` checks ``--out`` (not empty, not a file, creatable, writable), takes the
+folder's :class:`~engine_rl.run_lock.RunLock` on rank 0 and checks a resumed run's config
+against its ``config.json``. After a resume, :func:`drop_newer_checkpoints`,
+:func:`track_files_on_disk` and :func:`drop_untracked_best` make the checkpoint rotation start
+from the files on disk. Every problem is a :class:`RunError` naming the path and what is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+from ignite.handlers import Checkpoint
+
+from engine_rl.checkpoint import list_checkpoints
+from engine_rl.run_lock import RunLock, RunLockError
+
+__all__ = [
+    "RunError", "check_out", "check_same_config", "config_record", "drop_newer_checkpoints", "drop_untracked_best",
+    "existing_or_none", "make_out", "nothing_to_resume", "open_run_folder", "track_files_on_disk", "truncate_metrics",
+    "write_text",
+]
+
+
+class RunError(ValueError):
+    """The run cannot start as asked (a bad ``--out``, nothing to resume, a changed config, a
+    folder in use by another run), or one of its files cannot be written; the message names the
+    path or option and what is wrong."""
+
+
+def config_record(name: str, config: Any) -> dict[str, Any]:
+    return json.loads(json.dumps({"recipe": name, **dataclasses.asdict(config)}))
+
+
+def nothing_to_resume(out: Path) -> RunError:
+    return RunError(f"--resume: {out} holds no run to resume (no config.json)")
+
+
+def check_same_config(out: Path, name: str, config: Any) -> None:
+    path = out / "config.json"
+    if not path.is_file():
+        raise nothing_to_resume(out)
+    saved, now = json.loads(path.read_text()), config_record(name, config)
+    diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    if diff:
+        changes = ", ".join(f"{k} ({saved.get(k)!r} -> {now.get(k)!r})" for k in diff)
+        raise RunError(
+            f"--resume: the config differs from {path}: {changes}; resume with the saved config "
+            "(drop --frames/--seed/--set) or start a new run in another --out"
+        )
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (``.NAME.partial``, then a rename); a failure is a
+    :class:`RunError` naming the file and the OS's reason."""
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise RunError(f"{path}: cannot be written ({err.strerror or err})") from err
+
+
+def truncate_metrics(path: Path, frames: int) -> None:
+    """Keep the lines logged up to ``frames`` (what the checkpoint saw): the resumed run logs the rest."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a line cut off by the kill
+        if int(record.get("frames", 0)) <= frames:
+            keep.append(line + "\n")
+    write_text(path, "".join(keep))
+
+
+def check_out(out_dir: str | Path) -> Path:
+    """``out_dir`` as a path, if it can name a run folder: not empty, not a file, not under a file."""
+    if not str(out_dir).strip():
+        raise RunError(f"--out {str(out_dir)!r}: empty; name the folder for the run's files (e.g. runs/my-run)")
+    out = Path(out_dir)
+    for path in (out, *out.parents):
+        if path.exists() and not path.is_dir():
+            where = "is a file" if path == out else f"is under {path}, which is a file"
+            raise RunError(f"--out {out}: {where}, not a folder; name a new or existing folder for the run's files")
+    return out
+
+
+def make_out(out: Path) -> None:
+    """Create the run folder (and its parents); a failure or a read-only folder is a :class:`RunError`."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunError(f"--out {out}: cannot create the folder ({err.strerror or err})") from err
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise RunError(f"--out {out}: the folder is not writable (permission denied); use another --out")
+
+
+def drop_newer_checkpoints(folder: Path, frames: int) -> None:
+    """Delete the checkpoints of ``folder`` past ``frames``: the run resumed from an older one, so
+    they belong to a continuation it replaces (and a plain ``--resume`` must not pick them)."""
+    for path in list_checkpoints(folder):
+        if int(path.stem.rsplit("_", 1)[1]) > frames:
+            path.unlink(missing_ok=True)
+
+
+def track_files_on_disk(checkpoint: Checkpoint, folder: Path, n_saved: int) -> None:
+    """After a resume: ``checkpoint`` rotates the newest ``n_saved`` checkpoints of ``folder``, and
+    its saver deletes the older ones after its next write."""
+    files = list_checkpoints(folder)
+    keep = files[-n_saved:]
+    checkpoint.load_state_dict({"_saved": [(int(p.stem.rsplit("_", 1)[1]), p.name) for p in keep]})
+    for path in files[: len(files) - len(keep)]:
+        checkpoint.save_handler.remove(path.name)
+
+
+def drop_untracked_best(best: Checkpoint) -> None:
+    """After a resume: best-policy files the restored state does not name were written after the
+    checkpoint (by the run that was interrupted); its saver deletes them after its next write.
+    A name of the restored state whose file is gone keeps its score: the next better evaluation
+    replaces it, as it would have in the uninterrupted run."""
+    folder = Path(best.save_handler.dirname)
+    named = {filename for _, filename in best.state_dict()["_saved"]}
+    for path in sorted(folder.glob(f"{best.filename_prefix}_*.pt")):
+        if path.name not in named:
+            best.save_handler.remove(path.name)
+
+
+def existing_or_none(path: str | Path | None) -> str | None:
+    """``path`` as a string for ``summary.json`` if the file is there; else ``None`` (JSON null)."""
+    return None if path is None or not Path(path).is_file() else str(path)
+
+
+def open_run_folder(
+    out_dir: str | Path, name: str, config: Any, resume: bool | str | Path
+) -> tuple[Path, RunLock | None]:
+    """Check and create the run folder; on rank 0, also take its lock (returned) and check the
+    config against the saved one to resume. Raises :class:`RunError`, with the lock released."""
+    lead = idist.get_rank() == 0  # writes the run's files
+    out = check_out(out_dir)
+    if resume and lead and not (out / "config.json").is_file():  # before creating a folder for nothing
+        raise nothing_to_resume(out)
+    make_out(out)
+    if not lead:  # (other ranks may run on machines without config.json)
+        return out, None
+    lock = RunLock(out)
+    try:
+        lock.acquire()
+    except RunLockError as err:
+        raise RunError(str(err)) from err
+    try:
+        if resume:
+            check_same_config(out, name, config)
+    except BaseException:
+        lock.release()
+        raise
+    return out, lock
