@@ -42,7 +42,7 @@ from engine_rl.recipes.run_folder import (
 )
 from handlers.distributed import AllReducedEpisodeStats, make_data_parallel
 from handlers.episodes import EpisodeStats, Throughput
-from handlers.metrics_log import MetricsLogger
+from handlers.metrics_log import MetricsLogger, json_number
 from handlers.progress import FramesProgressBar
 from handlers.validation import ValidationRollout
 
@@ -322,7 +322,9 @@ def _train(
         "optim_steps": trainer.state.optim_steps,
         "wall_time_s": round(wall, 2),
         "fps": round(trainer.state.frames / max(wall, 1e-9), 1),
-        **{k: metrics[k] for k in sorted(metrics) if k.startswith("eval_") and k != "eval_frames"},
+        # a NaN evaluation (an env returning NaN rewards) as "NaN": summary.json stays standard JSON
+        **{k: json_number(v) if isinstance(v, float) else v
+           for k, v in sorted(metrics.items()) if k.startswith("eval_") and k != "eval_frames"},
         "paused": paused,
         "stopped_early": early_stop is not None and early_stop.counter >= (patience or 0),
         "resumed_from": None if resume_from is None else str(resume_from),
@@ -335,5 +337,5 @@ def _train(
     if world > 1:
         summary["nproc"] = world
     if lead:
-        write_text(out / "summary.json", json.dumps(summary, indent=2))
+        write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False))
     return summary
