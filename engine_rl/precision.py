@@ -1,9 +1,8 @@
 """Mixed precision: matrix products in bfloat16, everything else in float32.
 
-On a CPU with native bfloat16 dot products (``avx512_bf16`` or AMX), a 256x256 by 256x256
-matmul runs about 1.9x faster in bfloat16 than in float32 (0.19 vs 0.36 ms on one core here);
-SAC's update is mostly such matmuls and runs about 1.3x faster (``tests/benchmarks/sac_update.py``;
-the casts and the float32 parts take the rest). :class:`AutocastLoss` runs a loss module under
+On a CPU with native bfloat16 dot products (``avx512_bf16`` or AMX) or a recent GPU, a matrix
+product runs faster in bfloat16 than in float32, and SAC's update is mostly such products
+(``tests/benchmarks/sac_update.py`` measures it). :class:`AutocastLoss` runs a loss module under
 ``torch.autocast``: the products inside it (``linear``, ``mm``, ``bmm``, ``baddbmm``...) take
 bfloat16 inputs and accumulate in float32; parameters, gradients, optimizer state and target
 networks stay float32.

@@ -120,7 +120,7 @@ class QEnsemble(nn.Module):
 
     @staticmethod
     def _output_layer(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        # one output per critic: a broadcast multiply-sum, forward and backward ~3x faster on CPU
+        # one output per critic: a broadcast multiply-sum, faster on CPU forward and backward
         # than bmm's single-column product (tests/benchmarks/sac_update.py)
         return torch.sum(x * w.transpose(1, 2), dim=-1, keepdim=True) + b
 
