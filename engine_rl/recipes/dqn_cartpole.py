@@ -199,8 +199,10 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         learning_starts=cfg.learning_starts,
         optim_steps_per_batch=cfg.optim_steps_per_batch,
     )
-    # first: it checks the batch before replay stores it, and the gradients before the clipper rescales them
-    NaNGuard(parameters=qnet, nonfinite=cfg.nonfinite).attach(trainer)
+    # first: it checks the batch before replay stores it, and the loss (and gradients) before the
+    # clipper; with "stop" the clipper checks the gradients, from the norm it computes anyway
+    clipper_checks = cfg.max_grad_norm > 0 and cfg.nonfinite == "stop"
+    NaNGuard(parameters=None if clipper_checks else qnet, nonfinite=cfg.nonfinite).attach(trainer)
     if cfg.lr_end is not None:
         # stock Ignite scheduler, stepped once per batch
         schedule = PiecewiseLinear(optimizer, "lr", milestones_values=[(0, cfg.lr), (cfg.num_batches, cfg.lr_end)])
@@ -214,7 +216,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     if cfg.prioritized:
         PriorityUpdater(buffer).attach(trainer)
     if cfg.max_grad_norm > 0:
-        GradClipper(qnet, max_norm=cfg.max_grad_norm).attach(trainer)
+        GradClipper(qnet, max_norm=cfg.max_grad_norm, error_if_nonfinite=clipper_checks).attach(trainer)
     if cfg.target_tau is None:
         TargetNetUpdater(qnet, loss.target_qnet, every=cfg.target_update_every).attach(trainer)
     else:

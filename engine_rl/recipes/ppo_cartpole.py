@@ -192,8 +192,10 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     )
 
     # BATCH_COLLECTED, in this order
-    # the guard first: the raw batch, and the gradients before the clipper rescales them
-    NaNGuard(parameters=policy, nonfinite=cfg.nonfinite).attach(trainer)
+    # the guard first: the raw batch, and the loss (and gradients) before the clipper; with "stop"
+    # the clipper checks the gradients, from the norm it computes anyway
+    clipper_checks = cfg.max_grad_norm > 0 and cfg.nonfinite == "stop"
+    NaNGuard(parameters=None if clipper_checks else policy, nonfinite=cfg.nonfinite).attach(trainer)
     if policy.obs_normalizer is not None:
         ObservationNormalizer(policy.obs_normalizer).attach(trainer)
     reward_normalizer = RewardNormalizer(gamma=cfg.gamma) if cfg.normalize_rewards else None
@@ -207,7 +209,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     # optim steps
     sampler = MinibatchSampler(cfg.batch_size, keys=loss.in_keys, seed=cfg.seed).attach(trainer)
     if cfg.max_grad_norm > 0:
-        GradClipper(policy, max_norm=cfg.max_grad_norm).attach(trainer)
+        GradClipper(policy, max_norm=cfg.max_grad_norm, error_if_nonfinite=clipper_checks).attach(trainer)
     if cfg.target_kl is not None:
         KLEarlyStop(cfg.target_kl).attach(trainer)
 

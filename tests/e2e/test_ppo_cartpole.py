@@ -137,7 +137,7 @@ def test_ppo_cartpole_solves_within_100k_frames(tmp_path):
 
 
 @pytest.mark.parametrize("where, match", [
-    ("gradient", r"NaNGuard: non-finite gradient \(NaN or Inf\) of parameter 'critic\.2\.weight' at optim step 3 "
+    ("gradient", r"GradClipper: non-finite gradient \(NaN or Inf\) of parameter 'critic\.2\.weight' at optim step 3 "
                  r"\(batch 1, frames 256\); the optimizer step was not taken"),
     ("loss", r"NaNGuard: non-finite loss output \(NaN or Inf\) 'loss_critic' at optim step 3 \(batch 1, frames 256\)"),
 ])
