@@ -1,8 +1,9 @@
 """Mixed precision: matrix products in bfloat16, everything else in float32.
 
-On a CPU with native bfloat16 dot products (``avx512_bf16`` or AMX) or a recent GPU, a matrix
-product runs faster in bfloat16 than in float32, and SAC's update is mostly such products
-(``tests/benchmarks/sac_update.py`` measures it). :class:`AutocastLoss` runs a loss module under
+On a recent GPU, or a CPU with native bfloat16 dot products (``avx512_bf16`` or AMX), a matrix
+product may run faster in bfloat16 than in float32, and SAC's update is mostly such products;
+whether the whole update gains depends on the machine (``tests/benchmarks/sac_update.py``
+measures it; on one AVX-512 bf16 CPU it was slower). :class:`AutocastLoss` runs a loss module under
 ``torch.autocast``: the products inside it (``linear``, ``mm``, ``bmm``, ``baddbmm``...) take
 bfloat16 inputs and accumulate in float32; parameters, gradients, optimizer state and target
 networks stay float32.

@@ -66,7 +66,7 @@ class OffPolicyConfig:
     (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
     precision: str = "float32"
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
-    'bfloat16' (autocast; faster updates on a CPU with native bfloat16; parameters, gradients,
+    'bfloat16' (autocast; may be faster: measure with tests/benchmarks/sac_update.py; parameters, gradients,
     optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
     compile: bool = False
     """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA

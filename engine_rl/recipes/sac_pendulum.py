@@ -46,7 +46,7 @@ class SACConfig(OffPolicyConfig):
     """Deterministic (mean action) evaluation episodes per evaluation."""
     precision: str = "float32"
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
-    'bfloat16' (autocast: faster updates on a CPU with native bfloat16; parameters, gradients,
+    'bfloat16' (autocast; may be faster: measure with tests/benchmarks/sac_update.py; parameters, gradients,
     optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up actions and the replay sampler."""
