@@ -45,8 +45,8 @@ class _Skip(Exception):
 
 
 def _encode(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
+    # numpy scalars first: numpy.float64 is also a Python float, but torch.load(weights_only=True)
+    # refuses it (MountainCar keeps its state as a tuple of them)
     if isinstance(value, np.ndarray | np.generic):
         array = np.asarray(value)
         if array.dtype.hasobject:
@@ -54,6 +54,8 @@ def _encode(value: Any) -> Any:
         raw = torch.from_numpy(np.frombuffer(np.ascontiguousarray(array).tobytes(), dtype=np.uint8).copy())
         return {"__ndarray__": raw, "dtype": array.dtype.str, "shape": list(array.shape),
                 "scalar": isinstance(value, np.generic)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
     if isinstance(value, np.random.Generator):
         return {"__generator__": value.bit_generator.state}
     if isinstance(value, torch.Tensor):

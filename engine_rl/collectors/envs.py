@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 __all__ = ["VecEnvSpec", "env_spaces", "env_spec", "make_vec_env", "vec_env_spec"]
 
-VecMode = Literal["vector_entry_point", "sync", "async"]
+VecMode = Literal["auto", "vector_entry_point", "sync", "async"]
 
 
 def env_spec(env_id: str, *, owner: str = "env_spec") -> EnvSpec:
@@ -93,8 +93,8 @@ def make_vec_env(
         env_id: a registered gymnasium id, e.g. ``"CartPole-v1"``.
         num_envs: number of env copies (a positive int).
         mode: ``"vector_entry_point"`` (numpy-vectorized, e.g. CartPole; always next-step
-            autoreset), ``"sync"`` or ``"async"``. ``None``: the vector entry point when the id
-            registers one, else ``"sync"``.
+            autoreset), ``"sync"`` or ``"async"``. ``None`` or ``"auto"``: the vector entry point
+            when the id registers one, else ``"sync"``.
         autoreset_mode: for ``"sync"``/``"async"`` only; defaults to ``AutoresetMode.SAME_STEP``
             (every step is a transition, the final observation is in ``infos["final_obs"]``).
             Collectors handle both same-step and next-step envs.
@@ -113,12 +113,12 @@ def make_vec_env(
     """
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"make_vec_env: num_envs must be a positive int, got {num_envs!r}")
-    if mode is not None and mode not in ("vector_entry_point", "sync", "async"):
+    if mode is not None and mode not in ("auto", "vector_entry_point", "sync", "async"):
         raise ValueError(
-            f"make_vec_env: mode must be 'vector_entry_point', 'sync' or 'async', got {mode!r}"
+            f"make_vec_env: mode must be 'auto', 'vector_entry_point', 'sync' or 'async', got {mode!r}"
         )
     has_vector = env_spec(env_id, owner="make_vec_env").vector_entry_point is not None
-    if mode is None:
+    if mode is None or mode == "auto":
         mode = "vector_entry_point" if has_vector else "sync"
     vector_kwargs: dict[str, Any] = {}
     if mode == "vector_entry_point":

@@ -39,7 +39,7 @@ from engine_rl.collectors.envs import env_spaces, env_spec
 __all__ = ["FieldChecks"]
 
 #: Vectorization modes of :func:`~engine_rl.collectors.make_vec_env`.
-VECTORIZATIONS = ("vector_entry_point", "sync", "async")
+VECTORIZATIONS = ("auto", "vector_entry_point", "sync", "async")
 
 
 def _is_int(value: Any) -> bool:
@@ -166,5 +166,5 @@ class FieldChecks:
         if vectorization == "vector_entry_point" and spec.vector_entry_point is None:
             raise ValueError(
                 f"{self.owner}: vectorization 'vector_entry_point' needs an env that registers a vector entry "
-                f"point; {env_id} has none (use 'sync' or 'async')"
+                f"point; {env_id} has none (use 'auto', 'sync' or 'async')"
             )

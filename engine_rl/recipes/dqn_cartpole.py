@@ -49,8 +49,9 @@ class DQNConfig:
     """Environment copies stepped together by the collector (rl-zoo: 1). More copies decorrelate
     each batch (8 steps of 32 episodes rather than 256 steps of one); 32 ended higher than 1-16
     over seeds 0-9 (``docs/benchmarks.md``)."""
-    vectorization: str = "vector_entry_point"
-    """Gymnasium vectorization: 'vector_entry_point' (numpy-batched, fastest when the env has one), 'sync' or 'async'."""
+    vectorization: str = "auto"
+    """Gymnasium vectorization: 'auto' (the env's numpy-batched vector entry point if it registers
+    one, as CartPole does, else 'sync'), 'vector_entry_point', 'sync' or 'async'."""
     total_frames: int = 50_000
     """Frames to collect in the whole run."""
     frames_per_batch: int = 256

@@ -32,8 +32,9 @@ class OffPolicyConfig:
     """Gymnasium id of an environment with a continuous (Box) action space."""
     num_envs: int = 1
     """Environment copies stepped together by the collector (rl-zoo: 1)."""
-    vectorization: str = "sync"
-    """Gymnasium vectorization: 'sync', 'async' or 'vector_entry_point' (if the env has one)."""
+    vectorization: str = "auto"
+    """Gymnasium vectorization: 'auto' (the env's numpy-batched vector entry point if it registers
+    one, else 'sync'), 'vector_entry_point', 'sync' or 'async'."""
     total_frames: int = 20_000
     """Frames to collect in the whole run (rl-zoo: n_timesteps 20000)."""
     frames_per_batch: int = 1

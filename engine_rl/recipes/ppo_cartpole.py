@@ -50,7 +50,8 @@ class PPOConfig:
     num_envs: int = 8
     """Environment copies stepped together by the collector (rl-zoo: n_envs)."""
     vectorization: str = "auto"
-    """Gymnasium vectorization: 'auto' (numpy-batched if the env has it, else 'sync'), or the gymnasium mode."""
+    """Gymnasium vectorization: 'auto' (the env's numpy-batched vector entry point if it registers
+    one, else 'sync'), 'vector_entry_point', 'sync' or 'async'."""
     total_frames: int = 100_000
     """Frames to collect in the whole run."""
     steps_per_env: int = 32
@@ -125,7 +126,7 @@ class PPOConfig:
         check.positive_ints("num_envs", "total_frames", "steps_per_env", "batch_size", "num_epochs", "eval_every",
                             "eval_episodes")
         check.nonnegative_ints("eval_seed", "seed")
-        check.choice("vectorization", ("auto", *VECTORIZATIONS))
+        check.choice("vectorization", VECTORIZATIONS)
         check.choice("nonfinite", ("stop", "skip"))
         check.choice("activation", tuple(sorted(_ACTIVATIONS)))
         check.positive("lr", "adam_eps", "clip_epsilon")
@@ -155,8 +156,7 @@ class PPOConfig:
 
 
 def _make_env(cfg: PPOConfig, num_envs: int) -> gym.vector.VectorEnv:
-    mode = None if cfg.vectorization == "auto" else cfg.vectorization
-    env = make_vec_env(cfg.env_id, num_envs, mode=mode)
+    env = make_vec_env(cfg.env_id, num_envs, mode=cfg.vectorization)
     if isinstance(env.single_action_space, gym.spaces.Box):
         env = ClipAction(env)  # the policy's Gaussian samples are unbounded
     return env

@@ -19,6 +19,10 @@ checkpoint's score honest: it was picked as the maximum over evaluations on the 
 episodes, so its score there is biased upwards.
 
     python tests/benchmarks/learning_results.py --recipes dqn-cartpole --seeds 0 1 2 --fresh-seed 20000
+
+``--jobs N`` runs N trainings at once (each with ``--threads`` torch threads: give each its own
+core). The table's last column is the published reference at the same budget, where one is known
+(``REFERENCES``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,24 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+
+# Published results at the recipes' default budgets: (recipe, env_id or None for the default) -> text
+REFERENCES = {
+    ("dqn-cartpole", None): "rl-zoo 500 at 50k",
+    ("ppo-cartpole", None): "rl-zoo 500 at 100k",
+    ("sac-pendulum", None): "rl-zoo −157 ± 89 at 20k",
+    ("td3-pendulum", None): "rl-zoo −152 ± 90 at 20k",
+    ("ppo-mujoco", None): "CleanRL ppo_continuous_action, Hopper at 1M: about 2,000+",
+    ("ppo-mujoco", "HalfCheetah-v5"): "CleanRL ppo_continuous_action, HalfCheetah at 1M: about 1,500",
+}
+
+
+def reference(recipe: str, overrides: list[str]) -> str:
+    env_id = next((o.split("=", 1)[1] for o in overrides if o.startswith("env_id=")), None)
+    return REFERENCES.get((recipe, env_id), "—")
 
 
 def run_one(recipe: str, seed: int, frames: int | None, out: Path, threads: int, overrides: list[str]) -> dict:
@@ -86,6 +107,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--frames", type=int, default=None, help="override every recipe's frame budget")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="trainings run at once (default 1)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every run (repeatable)")
     parser.add_argument("--fresh-seed", type=int, default=None, metavar="S",
@@ -93,12 +115,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.fresh_seed is not None and args.fresh_seed < 0:
         parser.error(f"--fresh-seed must be >= 0, got {args.fresh_seed}")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
 
     rows, fresh_rows, records = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
+        runs = [(recipe, s) for recipe in args.recipes for s in args.seeds]
+        with ThreadPoolExecutor(args.jobs) as pool:
+            done = dict(zip(runs, pool.map(
+                lambda run: run_one(run[0], run[1], args.frames, Path(tmp) / f"{run[0]}-{run[1]}", args.threads,
+                                    args.overrides), runs)))
         for recipe in args.recipes:
-            summaries = [run_one(recipe, s, args.frames, Path(tmp) / f"{recipe}-{s}", args.threads, args.overrides)
-                         for s in args.seeds]
+            summaries = [done[recipe, s] for s in args.seeds]
             label = f"{recipe} ({', '.join(args.overrides)})" if args.overrides else recipe
             finals = [s["eval_return_mean"] for s in summaries]
             walls = [s["wall_time_s"] for s in summaries]
@@ -107,7 +135,7 @@ def main() -> None:
             rows.append(
                 f"| {label} | {summaries[0]['frames']:,} | {', '.join(map(str, args.seeds))} | "
                 f"{mean:.1f} ± {std:.1f} | {', '.join(f'{f:.1f}' for f in finals)} | "
-                f"{statistics.median(walls):.0f} s |"
+                f"{statistics.median(walls):.0f} s | {reference(recipe, args.overrides)} |"
             )
             record = {"recipe": recipe, "overrides": args.overrides, "frames": summaries[0]["frames"],
                       "seeds": args.seeds,
@@ -117,8 +145,8 @@ def main() -> None:
                 fresh_rows.append(row)
                 record.update(fresh)
             records.append(record)
-    print("| recipe | frames | seeds | final eval return (mean ± std over seeds) | per seed | median wall time |")
-    print("|---|---|---|---|---|---|")
+    print("| recipe | frames | seeds | final eval return (mean ± std over seeds) | per seed | median wall time | reference |")
+    print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     if fresh_rows:
         print()

@@ -70,6 +70,19 @@ def test_continuous_env_is_rejected_by_dqn():
         train("dqn-cartpole", make_config("dqn-cartpole", {"env_id": "Pendulum-v1", "vectorization": "sync"}), "/tmp/x")
 
 
+@pytest.mark.parametrize("recipe, env_id", [("dqn-cartpole", "Acrobot-v1"), ("dqn-cartpole", "MountainCar-v0"),
+                                            ("ppo-cartpole", "Acrobot-v1"), ("sac-pendulum", "MountainCarContinuous-v0")])
+def test_any_env_with_fitting_spaces_trains_with_the_default_vectorization(recipe, env_id, tmp_path, capsys):
+    # 'auto': the vector entry point where the env registers one (CartPole), else sync (these)
+    frames, starts = {"dqn-cartpole": (1024, 256), "ppo-cartpole": (512, None), "sac-pendulum": (200, 100)}[recipe]
+    extra = [] if starts is None else ["--set", f"learning_starts={starts}"]
+    assert main(["train", recipe, "--set", f"env_id={env_id}", "--frames", str(frames), "--out", str(tmp_path),
+                 "--no-progress", "--set", "eval_episodes=1", *extra]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["frames"] == frames and summary["optim_steps"] > 0
+    assert json.loads((tmp_path / "config.json").read_text())["vectorization"] == "auto"
+
+
 def test_python_dash_m_and_recipes_listing():
     res = subprocess.run([sys.executable, "-m", "engine_rl", "recipes"], capture_output=True, text=True, check=True)
     assert "dqn-cartpole:" in res.stdout and "lr = 0.0023  # Adam learning rate at the start of the run." in res.stdout

@@ -33,8 +33,9 @@ def same(a, b):
         lambda: make_vec_env("CartPole-v1", 3),  # numpy-batched, next-step autoreset
         lambda: make_vec_env("CartPole-v1", 3, mode="sync", max_episode_steps=20),  # TimeLimit in each copy
         lambda: ClipAction(make_vec_env("Pendulum-v1", 2, mode="sync", max_episode_steps=30)),  # wrapped
+        lambda: make_vec_env("MountainCar-v0", 2, max_episode_steps=40),  # state: a tuple of numpy.float64
     ],
-    ids=["vector_entry_point", "sync", "wrapped-sync-pendulum"],
+    ids=["vector_entry_point", "sync", "wrapped-sync-pendulum", "sync-mountaincar-numpy-scalars"],
 )
 def test_restored_env_continues_bit_for_bit_in_a_fresh_env(make):
     env = make()

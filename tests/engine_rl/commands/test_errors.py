@@ -25,13 +25,14 @@ BAD = [
     ([*T, "--set", "hidden=(0,)"], 2, "DQNConfig: hidden must be a tuple of positive ints (layer widths), got (0,)"),
     ([*T, "--set", "learning_starts=-5"], 2, "DQNConfig: learning_starts must be a non-negative int, got -5"),
     ([*T, "--set", "vectorization=bogus"], 2,
-     "DQNConfig: vectorization must be one of ('vector_entry_point', 'sync', 'async'), got 'bogus'"),
+     "DQNConfig: vectorization must be one of ('auto', 'vector_entry_point', 'sync', 'async'), got 'bogus'"),
     ([*T, "--set", "env_id=Foo-v0"], 2, "DQNConfig: env_id 'Foo-v0' is not a registered gymnasium env"),
     ([*T, "--set", "env_id=CartPole-v9"], 2, "DQNConfig: env_id 'CartPole-v9' is not a registered gymnasium env; "
                                              "close matches: CartPole-v1"),
     ([*T, "--set", "env_id=Pendulum-v1"], 2, "DQNConfig: dqn needs a discrete action space; Pendulum-v1 has Box actions"),
-    ([*T, "--set", "env_id=Acrobot-v1"], 2, "DQNConfig: vectorization 'vector_entry_point' needs an env that "
-                                            "registers a vector entry point; Acrobot-v1 has none"),
+    ([*T, "--set", "env_id=Acrobot-v1", "--set", "vectorization=vector_entry_point"], 2,
+     "DQNConfig: vectorization 'vector_entry_point' needs an env that registers a vector entry point; "
+     "Acrobot-v1 has none"),
     (["train", "sac-pendulum", "--set", "env_id=CartPole-v1"], 2,
      "SACConfig: sac needs a continuous (Box) action space; CartPole-v1 has Discrete actions"),
     (["train", "td3-pendulum", "--set", "env_id=CartPole-v1"], 2,

@@ -1,0 +1,25 @@
+"""The fault-injection script runs and reports: one killed dqn-cartpole run resumes to the
+straight run's final checkpoint (the full figures, 20 trials per recipe, are in the README)."""
+
+import json
+
+import pytest
+
+from faults import kill_resume
+
+
+def test_one_trial_resumes_and_matches_the_straight_run(capsys, tmp_path):
+    assert kill_resume.main(["--recipes", "dqn-cartpole", "--trials", "1", "--keep", str(tmp_path)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["recipe"] for r in rows] == ["dqn-cartpole", "all"]
+    row = rows[0]
+    assert row["trials"] == 1 and row["resumed"] == 1 and row["matched"] == 1 and row["failures"] == []
+    assert sum(row["kills_by_phase"].values()) == 1
+    assert (tmp_path / "dqn-cartpole" / "trial00" / "summary.json").is_file()
+
+
+def test_bad_counts_are_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        kill_resume.main(["--trials", "0"])
+    assert exit_.value.code == 2
+    assert "--trials, --kills and --jobs must be at least 1" in capsys.readouterr().err
