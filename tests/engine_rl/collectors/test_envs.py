@@ -30,7 +30,7 @@ def test_make_vec_env_errors():
     for n in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="make_vec_env: num_envs must be a positive int"):
             make_vec_env("CartPole-v1", n)
-    with pytest.raises(ValueError, match="mode must be 'vector_entry_point', 'sync' or 'async', got 'fast'"):
+    with pytest.raises(ValueError, match="mode must be 'auto', 'vector_entry_point', 'sync' or 'async', got 'fast'"):
         make_vec_env("CartPole-v1", 2, mode="fast")
     with pytest.raises(ValueError, match="autoreset_mode can only be chosen with mode='sync' or 'async'"):
         make_vec_env("CartPole-v1", 2, mode="vector_entry_point", autoreset_mode="SameStep")
