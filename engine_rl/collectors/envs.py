@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import gymnasium as gym
 import torch
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
+
+from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
 
 __all__ = ["VecEnvSpec", "env_spaces", "env_spec", "make_vec_env", "vec_env_spec"]
 
@@ -50,21 +54,25 @@ def env_spec(env_id: str, *, owner: str = "env_spec") -> EnvSpec:
     return spec
 
 
-_SPACES: dict[str, tuple[EnvSpec, gym.Space, gym.Space]] = {}
+_SPACES: dict[tuple[str, tuple[str, ...]], tuple[EnvSpec, gym.Space, gym.Space]] = {}
 
 
-def env_spaces(env_id: str, *, owner: str = "env_spaces") -> tuple[gym.Space, gym.Space]:
-    """``(observation_space, action_space)`` of one copy of ``env_id``.
+def env_spaces(env_id: str, *, wrappers: tuple[str, ...] = (), owner: str = "env_spaces") -> tuple[gym.Space, gym.Space]:
+    """``(observation_space, action_space)`` of one copy of ``env_id``, wrapped by ``wrappers``
+    (names, see :mod:`engine_rl.collectors.wrappers`).
 
-    The env is made once per registration (``gymnasium.make``, then closed) and its spaces
-    kept; a ``ValueError`` naming ``owner`` if the id is not registered or the env cannot be made.
+    The env is made once per registration and wrappers (``gymnasium.make``, then closed) and its
+    spaces kept; a ``ValueError`` naming ``owner`` if the id is not registered, the env cannot be
+    made or a wrapper does not apply.
 
     Examples:
         >>> env_spaces("CartPole-v1")
         (Box([-4.8 ...], [4.8 ...], (4,), float32), Discrete(2))
     """
     spec = env_spec(env_id, owner=owner)
-    cached = _SPACES.get(env_id)
+    wraps = parse_wrappers(wrappers, owner=owner)
+    key = (env_id, tuple(wrappers))
+    cached = _SPACES.get(key)
     if cached is not None and cached[0] is spec:
         return cached[1], cached[2]
     try:
@@ -72,10 +80,11 @@ def env_spaces(env_id: str, *, owner: str = "env_spaces") -> tuple[gym.Space, gy
     except Exception as err:  # noqa: BLE001  (a missing dependency, a failing constructor, ...)
         raise ValueError(f"{owner}: env_id {env_id!r} cannot be made: {type(err).__name__}: {err}") from err
     try:
+        env = apply_wrappers(env, wraps, owner=owner)
         spaces = env.observation_space, env.action_space
     finally:
         env.close()
-    _SPACES[env_id] = (spec, *spaces)
+    _SPACES[key] = (spec, *spaces)
     return spaces
 
 
@@ -85,6 +94,7 @@ def make_vec_env(
     *,
     mode: VecMode | None = None,
     autoreset_mode: AutoresetMode | str | None = None,
+    wrappers: Sequence[str] = (),
     **env_kwargs: Any,
 ) -> VectorEnv:
     """Create a gymnasium vector env, choosing the fastest vectorization by default.
@@ -94,10 +104,13 @@ def make_vec_env(
         num_envs: number of env copies (a positive int).
         mode: ``"vector_entry_point"`` (numpy-vectorized, e.g. CartPole; always next-step
             autoreset), ``"sync"`` or ``"async"``. ``None`` or ``"auto"``: the vector entry point
-            when the id registers one, else ``"sync"``.
+            when the id registers one (and no ``wrappers`` are given), else ``"sync"``.
         autoreset_mode: for ``"sync"``/``"async"`` only; defaults to ``AutoresetMode.SAME_STEP``
             (every step is a transition, the final observation is in ``infos["final_obs"]``).
             Collectors handle both same-step and next-step envs.
+        wrappers: gymnasium wrappers applied to each env copy, in order, by name (e.g.
+            ``("FlattenObservation",)``; :mod:`engine_rl.collectors.wrappers`); not with
+            ``mode="vector_entry_point"``, which batches the copies itself.
         **env_kwargs: passed to the environment, e.g. ``max_episode_steps=50``.
 
     Returns:
@@ -118,9 +131,15 @@ def make_vec_env(
             f"make_vec_env: mode must be 'auto', 'vector_entry_point', 'sync' or 'async', got {mode!r}"
         )
     has_vector = env_spec(env_id, owner="make_vec_env").vector_entry_point is not None
+    wraps = parse_wrappers(wrappers, owner="make_vec_env")
     if mode is None or mode == "auto":
-        mode = "vector_entry_point" if has_vector else "sync"
+        mode = "vector_entry_point" if has_vector and not wraps else "sync"
     vector_kwargs: dict[str, Any] = {}
+    if mode == "vector_entry_point" and wraps:
+        raise ValueError(
+            f"make_vec_env: wrappers {tuple(wrappers)} wrap each env copy, which mode='vector_entry_point' "
+            "does not make; use mode 'auto', 'sync' or 'async'"
+        )
     if mode == "vector_entry_point":
         if not has_vector:
             raise ValueError(
@@ -134,6 +153,11 @@ def make_vec_env(
             )
     else:
         vector_kwargs["autoreset_mode"] = AutoresetMode(autoreset_mode or AutoresetMode.SAME_STEP)
+    if wraps:
+        return gym.make_vec(
+            env_id, num_envs=num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,
+            wrappers=[partial(apply_wrappers, wrappers=wraps, owner="make_vec_env")], **env_kwargs,
+        )
     return gym.make_vec(
         env_id,
         num_envs=num_envs,

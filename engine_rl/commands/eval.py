@@ -54,7 +54,7 @@ def evaluate_checkpoint(path: str | Path, *, episodes: int | None = None, seed: 
         )
         if evaluator is None:
             n = episodes or getattr(config, "eval_episodes", 10)
-            env = make_vec_env(config.env_id, min(n, 16))
+            env = make_vec_env(config.env_id, min(n, 16), wrappers=getattr(config, "wrappers", ()))
             setup.closers.append(env.close)
             evaluator = create_evaluator(env, setup.eval_policy, num_episodes=n, seed=getattr(config, "eval_seed", 0),
                                          info_keys=getattr(config, "info_keys", ()))

@@ -133,13 +133,15 @@ class FieldChecks:
             vectorization: the config's vectorization mode; ``"vector_entry_point"`` needs an
                 env that registers one.
 
-        The observation space must be a 1-D Box (the recipes' networks are MLPs).
+        The observation space (after the config's ``wrappers``) must be a 1-D Box (the recipes'
+        networks are MLPs).
         """
         env_id = self.config.env_id
         if not isinstance(env_id, str) or not env_id:
             self.fail("env_id", "a registered gymnasium id (a non-empty str)")
         spec = env_spec(env_id, owner=self.owner)
-        observation, action = env_spaces(env_id, owner=self.owner)
+        wrappers = getattr(self.config, "wrappers", ())
+        observation, action = env_spaces(env_id, wrappers=wrappers, owner=self.owner)
         discrete = isinstance(action, gym.spaces.Discrete)
         box = isinstance(action, gym.spaces.Box) and len(action.shape) == 1
         kind = type(action).__name__
@@ -161,7 +163,13 @@ class FieldChecks:
             )
         if not isinstance(observation, gym.spaces.Box) or len(observation.shape) != 1:
             raise ValueError(
-                f"{self.owner}: {algo} ({env_id}): the observation space must be a 1-D Box, got {observation}"
+                f"{self.owner}: {algo} ({env_id}): the observation space must be a 1-D Box, got {observation} "
+                "(--set wrappers=FlattenObservation flattens Discrete, Tuple and Dict spaces)"
+            )
+        if vectorization == "vector_entry_point" and wrappers:
+            raise ValueError(
+                f"{self.owner}: vectorization 'vector_entry_point' batches the env copies itself, so it "
+                f"takes no wrappers (got {wrappers}); use 'auto', 'sync' or 'async'"
             )
         if vectorization == "vector_entry_point" and spec.vector_entry_point is None:
             raise ValueError(

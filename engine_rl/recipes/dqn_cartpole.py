@@ -113,6 +113,11 @@ class DQNConfig:
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
     finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
     (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
+    wrappers: tuple[str, ...] = ()
+    """Gymnasium wrappers applied to each env copy (training and evaluation), in order: class names
+    in ``gymnasium.wrappers``, keyword arguments as literals, e.g. ``--set wrappers=FlattenObservation``
+    (Discrete, Tuple or Dict observations to a 1-D Box) or ``--set 'wrappers=TimeLimit(max_episode_steps=200)'``.
+    None by default."""
     compile: bool = False
     """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
     graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
@@ -134,7 +139,7 @@ class DQNConfig:
         check.finite("max_grad_norm")
         check.nonnegative("alpha")
         check.widths("hidden")
-        check.names("info_keys")
+        check.names("info_keys", "wrappers")
         check.bools("double", "prioritized", "async_collection", "compile")
         if self.frames_per_batch % self.num_envs:
             raise ValueError(
@@ -158,7 +163,7 @@ class DQNConfig:
           "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames on most seeds")
 def build_dqn(cfg: DQNConfig) -> Setup:
     torch.manual_seed(cfg.seed)
-    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
+    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
     if not isinstance(env.single_action_space, gym.spaces.Discrete):
         env.close()
         raise ValueError(
@@ -190,7 +195,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     buffer = buffer_cls(cfg.buffer_size, sampler=sampler, seed=cfg.seed)
     if cfg.async_collection:  # the worker builds its own env copies and writes the buffer itself
         env.close()
-        env_fn = partial(make_vec_env, cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
+        env_fn = partial(make_vec_env, cfg.env_id, cfg.num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
         collector = AsyncCollector(env_fn, explore, frames_per_batch=cfg.frames_per_batch, buffer=buffer, seed=cfg.seed,
                                    info_keys=cfg.info_keys)
 
@@ -223,7 +228,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     else:
         TargetNetUpdater(qnet, loss.target_qnet, tau=cfg.target_tau).attach(trainer)
 
-    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization)
+    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization, wrappers=cfg.wrappers)
     validation = ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                                    seed=cfg.eval_seed, info_keys=cfg.info_keys)
     validation.attach(trainer)

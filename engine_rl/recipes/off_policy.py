@@ -65,6 +65,11 @@ class OffPolicyConfig:
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
     finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
     (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
+    wrappers: tuple[str, ...] = ()
+    """Gymnasium wrappers applied to each env copy (training and evaluation), in order: class names
+    in ``gymnasium.wrappers``, keyword arguments as literals, e.g. ``--set wrappers=FlattenObservation``
+    (Discrete, Tuple or Dict observations to a 1-D Box) or ``--set 'wrappers=TimeLimit(max_episode_steps=200)'``.
+    None by default."""
     precision: str = "float32"
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
     'bfloat16' (autocast; may be faster: measure with tests/benchmarks/sac_update.py; parameters, gradients,
@@ -96,7 +101,7 @@ class OffPolicyConfig:
         check.fractions("gamma")
         check.fractions("tau", zero=False)
         check.widths("hidden")
-        check.names("info_keys")
+        check.names("info_keys", "wrappers")
         check.choice("precision", PRECISIONS)
         check.bools("compile")
         if self.frames_per_batch % self.num_envs:
@@ -129,7 +134,7 @@ def make_box_env(cfg: OffPolicyConfig, *, algo: str) -> Any:
         ...
         ValueError: sac needs a continuous (Box) action space; CartPole-v1 has Discrete actions (use a discrete-action algorithm such as DQN)
     """
-    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization)
+    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
     space = env.single_action_space
     if not isinstance(space, gym.spaces.Box):
         env.close()
@@ -171,7 +176,7 @@ def build_off_policy(
     ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size).attach(trainer)
 
-    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization)
+    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization, wrappers=cfg.wrappers)
     ValidationRollout(eval_env, eval_policy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                       seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
     return Setup(

@@ -114,6 +114,11 @@ class PPOConfig:
     """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
     finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
     (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
+    wrappers: tuple[str, ...] = ()
+    """Gymnasium wrappers applied to each env copy (training and evaluation), in order: class names
+    in ``gymnasium.wrappers``, keyword arguments as literals, e.g. ``--set wrappers=FlattenObservation``
+    (Discrete, Tuple or Dict observations to a 1-D Box) or ``--set 'wrappers=TimeLimit(max_episode_steps=200)'``.
+    None by default."""
     compile: bool = False
     """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
     graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
@@ -135,7 +140,7 @@ class PPOConfig:
         check.fractions("gamma", "gae_lambda")
         check.finite("max_grad_norm", "log_std_init")
         check.widths("hidden")
-        check.names("info_keys")
+        check.names("info_keys", "wrappers")
         check.bools("normalize_advantage", "ortho_init", "normalize_observations", "normalize_rewards", "compile")
         if self.batch_size > self.frames_per_batch:
             raise ValueError(
@@ -156,7 +161,7 @@ class PPOConfig:
 
 
 def _make_env(cfg: PPOConfig, num_envs: int) -> gym.vector.VectorEnv:
-    env = make_vec_env(cfg.env_id, num_envs, mode=cfg.vectorization)
+    env = make_vec_env(cfg.env_id, num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
     if isinstance(env.single_action_space, gym.spaces.Box):
         env = ClipAction(env)  # the policy's Gaussian samples are unbounded
     return env

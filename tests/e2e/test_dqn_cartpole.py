@@ -83,6 +83,24 @@ def test_any_env_with_fitting_spaces_trains_with_the_default_vectorization(recip
     assert json.loads((tmp_path / "config.json").read_text())["vectorization"] == "auto"
 
 
+def test_wrappers_from_the_config_let_dqn_train_and_evaluate_a_tuple_observation_env(tmp_path, capsys):
+    args = ["--set", "env_id=Blackjack-v1", "--set", "wrappers=FlattenObservation", "--frames", "1024",
+            "--set", "learning_starts=256", "--set", "eval_episodes=4", "--out", str(tmp_path), "--no-progress"]
+    assert main(["train", "dqn-cartpole", *args]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["frames"] == 1024 and -1.0 <= summary["eval_return_mean"] <= 1.0  # Blackjack pays -1, 0 or 1
+    assert json.loads((tmp_path / "config.json").read_text())["wrappers"] == ["FlattenObservation"]
+    assert main(["eval", str(tmp_path), "--episodes", "4"]) == 0  # the wrappers travel with the checkpoint
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["episodes"] == 4
+    # without the wrapper: one line naming the space and the way out
+    assert main(["train", "dqn-cartpole", "--set", "env_id=Blackjack-v1", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the observation space must be a 1-D Box, got Tuple(" in err[0]
+    assert "--set wrappers=FlattenObservation flattens Discrete, Tuple and Dict spaces" in err[0]
+    assert main(["train", "dqn-cartpole", "--set", "wrappers=FlatObs", "--out", str(tmp_path / "y")]) == 2
+    assert "wrappers entry 'FlatObs' is not a single-env wrapper of gymnasium.wrappers" in capsys.readouterr().err
+
+
 def test_python_dash_m_and_recipes_listing():
     res = subprocess.run([sys.executable, "-m", "engine_rl", "recipes"], capture_output=True, text=True, check=True)
     assert "dqn-cartpole:" in res.stdout and "lr = 0.0023  # Adam learning rate at the start of the run." in res.stdout

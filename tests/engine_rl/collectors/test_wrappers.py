@@ -1,0 +1,55 @@
+import gymnasium as gym
+import pytest
+
+from engine_rl.collectors import make_vec_env
+from engine_rl.collectors.envs import env_spaces
+from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers, wrapper_names
+
+
+def test_names_and_keyword_literals_build_wrappers_in_order():
+    wraps = parse_wrappers(("FlattenObservation", "TimeLimit(max_episode_steps=3)"))
+    env = apply_wrappers(gym.make("Blackjack-v1"), wraps)
+    assert env.observation_space.shape == (32 + 11 + 2,)
+    assert isinstance(env, gym.wrappers.TimeLimit) and env._max_episode_steps == 3
+
+
+@pytest.mark.parametrize("text, message", [
+    ("FlattenObs", "wrappers entry 'FlattenObs' is not a single-env wrapper of gymnasium.wrappers; close matches: "
+                   "FlattenObservation"),
+    ("TimeLimit(max_episode_steps=n)", "wrappers entry 'TimeLimit(max_episode_steps=n)': keyword arguments must be "
+                                       "Python literals"),
+    ("TimeLimit(200)", "is not a wrapper name or 'Name(key=value, ...)'"),
+    ("__import__('os').system('true')", "is not a wrapper name or 'Name(key=value, ...)'"),
+    ("Wrapper", "wrappers entry 'Wrapper' is not a single-env wrapper"),
+    ("", "wrappers entries must be non-empty strings, got ''"),
+])
+def test_bad_entries_are_one_error_naming_them(text, message):
+    with pytest.raises(ValueError, match="^cfg: ") as err:
+        parse_wrappers((text,), owner="cfg")
+    assert message in str(err.value)
+
+
+def test_only_single_env_wrapper_classes_are_accepted():
+    names = wrapper_names()
+    assert {"FlattenObservation", "TimeLimit", "ClipReward", "AtariPreprocessing", "FrameStackObservation"} <= set(names)
+    assert "Wrapper" not in names and "vector" not in names
+
+
+def test_make_vec_env_wraps_each_copy_and_auto_picks_sync():
+    env = make_vec_env("CartPole-v1", 2, wrappers=("TimeLimit(max_episode_steps=4)",))
+    assert type(env).__name__ == "SyncVectorEnv"
+    env.reset(seed=0)
+    for _ in range(3):
+        _, _, _, truncated, _ = env.step(env.action_space.sample())
+    assert not truncated.any()
+    assert env.step(env.action_space.sample())[3].all()  # the 4th step truncates every copy
+    with pytest.raises(ValueError, match="wrap each env copy, which mode='vector_entry_point' does not make"):
+        make_vec_env("CartPole-v1", 2, mode="vector_entry_point", wrappers=("FlattenObservation",))
+    with pytest.raises(ValueError, match="wrapper 'TimeLimit\\(max_steps=4\\)' cannot wrap .*unexpected keyword"):
+        make_vec_env("CartPole-v1", 2, wrappers=("TimeLimit(max_steps=4)",))
+
+
+def test_env_spaces_are_the_wrapped_ones():
+    assert env_spaces("Blackjack-v1")[0] == gym.spaces.Tuple((gym.spaces.Discrete(32), gym.spaces.Discrete(11),
+                                                               gym.spaces.Discrete(2)))
+    assert env_spaces("Blackjack-v1", wrappers=("FlattenObservation",))[0].shape == (45,)
