@@ -19,6 +19,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
+from engine_rl.spaces import is_image_space
 
 __all__ = ["VecEnvSpec", "env_spaces", "env_spec", "make_vec_env", "vec_env_spec"]
 
@@ -174,7 +175,10 @@ class VecEnvSpec:
     num_envs: int
     """Number of env copies."""
     observation_shape: tuple[int, ...]
-    """Shape of one env copy's observation (stored as float32)."""
+    """Shape of one env copy's observation."""
+    observation_dtype: torch.dtype = torch.float32
+    """How observations are stored: ``torch.uint8`` for images (a uint8 Box of 2 or 3 dimensions:
+    pixels stay bytes in batches and replay; the network scales them), else ``torch.float32``."""
     action_shape: tuple[int, ...]
     """Shape of one env copy's action: ``()`` for Discrete."""
     action_dtype: torch.dtype
@@ -232,6 +236,7 @@ def vec_env_spec(env: VectorEnv, *, owner: str = "vec_env_spec") -> VecEnvSpec:
     return VecEnvSpec(
         num_envs=num_envs,
         observation_shape=tuple(int(d) for d in obs_space.shape),
+        observation_dtype=torch.uint8 if is_image_space(obs_space) else torch.float32,
         action_shape=action_shape,
         action_dtype=action_dtype,
         num_actions=num_actions,

@@ -27,6 +27,7 @@ __all__ = ["GymStepper"]
 
 _NEXT = "next"
 #: Staging entries filled from the env (numpy on the hot path), with their dtypes.
+#: (Observations: float32, or uint8 for a uint8 Box, ``VecEnvSpec.observation_dtype``.)
 _ENV_KEYS: dict[NestedKey, torch.dtype] = {
     "observation": torch.float32,
     (_NEXT, "observation"): torch.float32,
@@ -123,7 +124,8 @@ class GymStepper:
         self.device = policy_device(policy, device)
         n = self.spec.num_envs
         self.next_step_autoreset = self.spec.autoreset_mode is AutoresetMode.NEXT_STEP
-        self._policy_obs = torch.zeros((n, *self.spec.observation_shape), device=self.device)
+        self._policy_obs = torch.zeros((n, *self.spec.observation_shape), dtype=self.spec.observation_dtype,
+                                       device=self.device)
         self._policy_obs_np = self._policy_obs.numpy() if self.device.type == "cpu" else None
         self._step_td = TensorDict({"observation": self._policy_obs}, batch_size=[n])
         #: Staging tensors ``[rows, num_envs, ...]`` by batch key (CPU).
@@ -336,6 +338,8 @@ class GymStepper:
         n, obs_shape = self.num_envs, self.spec.observation_shape
         for key, dtype in _ENV_KEYS.items():
             is_obs = key in ("observation", (_NEXT, "observation"))
+            if is_obs:  # uint8 pixels stay uint8
+                dtype = self.spec.observation_dtype
             self.buffers[key] = torch.zeros((rows, n, *obs_shape) if is_obs else (rows, n), dtype=dtype)
         for key in self.info_keys:
             self.buffers[(*INFO_KEY, key)] = torch.full((rows, n), float("nan"))

@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 import gymnasium as gym
 
 from engine_rl.collectors.envs import env_spaces, env_spec
+from engine_rl.spaces import is_image_space
 
 __all__ = ["FieldChecks"]
 
@@ -124,7 +125,7 @@ class FieldChecks:
         if value < bound:
             raise ValueError(f"{self.owner}: {name} ({value}) must be >= {other} ({bound})")
 
-    def env(self, *, algo: str, actions: str, vectorization: str | None = None) -> None:
+    def env(self, *, algo: str, actions: str, vectorization: str | None = None, images: bool = False) -> None:
         """``env_id`` is a registered gymnasium id whose spaces suit ``algo``.
 
         Args:
@@ -132,9 +133,10 @@ class FieldChecks:
             actions: ``"discrete"``, ``"box"`` (a 1-D Box) or ``"discrete or box"``.
             vectorization: the config's vectorization mode; ``"vector_entry_point"`` needs an
                 env that registers one.
+            images: the recipe also takes image observations (a uint8 Box of 2 or 3 dimensions).
 
         The observation space (after the config's ``wrappers``) must be a 1-D Box (the recipes'
-        networks are MLPs).
+        networks are MLPs), or with ``images`` an image.
         """
         env_id = self.config.env_id
         if not isinstance(env_id, str) or not env_id:
@@ -161,9 +163,11 @@ class FieldChecks:
             raise ValueError(
                 f"{self.owner}: {algo} needs a Discrete or 1-D Box action space; {env_id} has {action}"
             )
-        if not isinstance(observation, gym.spaces.Box) or len(observation.shape) != 1:
+        vector = isinstance(observation, gym.spaces.Box) and len(observation.shape) == 1
+        if not vector and not (images and is_image_space(observation)):
+            accepted = "a 1-D Box or a uint8 image Box (H, W), (C, H, W) or (H, W, C)" if images else "a 1-D Box"
             raise ValueError(
-                f"{self.owner}: {algo} ({env_id}): the observation space must be a 1-D Box, got {observation} "
+                f"{self.owner}: {algo} ({env_id}): the observation space must be {accepted}, got {observation} "
                 "(--set wrappers=FlattenObservation flattens Discrete, Tuple and Dict spaces)"
             )
         if vectorization == "vector_entry_point" and wrappers:

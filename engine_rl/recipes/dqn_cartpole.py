@@ -17,8 +17,10 @@ import gymnasium as gym
 import torch
 from ignite.engine import Events
 from ignite.handlers import PiecewiseLinear
+from torch import nn
 
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
+from engine_rl.algos.encoders import observation_encoder
 from engine_rl.collectors import AsyncCollector, GymCollector, make_vec_env
 from engine_rl.compile import compile_loss
 from engine_rl.engine import create_trainer
@@ -27,6 +29,7 @@ from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
+from engine_rl.spaces import is_image_space
 from handlers import (
     GradClipper,
     NaNGuard,
@@ -72,7 +75,8 @@ class DQNConfig:
     gamma: float = 0.99
     """Discount factor."""
     hidden: tuple[int, ...] = (256, 256)
-    """Hidden layer widths of the Q network."""
+    """Hidden layer widths of the Q network's MLP; for image observations (uint8, kept uint8 in
+    replay) the MLP sits on the Nature CNN's 512 features (``engine_rl.algos.encoders``)."""
     double: bool = True
     """Double DQN targets (online net picks, target net values)."""
     eps_start: float = 1.0
@@ -151,7 +155,7 @@ class DQNConfig:
             )
         check.at_least("eps_start", "eps_end")
         check.at_least("buffer_size", "batch_size")
-        check.env(algo="dqn", actions="discrete", vectorization=self.vectorization)
+        check.env(algo="dqn", actions="discrete", vectorization=self.vectorization, images=True)
 
     @property
     def num_batches(self) -> int:
@@ -170,10 +174,12 @@ def build_dqn(cfg: DQNConfig) -> Setup:
             f"dqn needs a discrete action space; {cfg.env_id} has {type(env.single_action_space).__name__} "
             "actions (use a continuous-control algorithm such as SAC)"
         )
-    obs_dim = int(env.single_observation_space.shape[0])
     num_actions = int(env.single_action_space.n)
-
-    qnet = mlp(obs_dim, num_actions, cfg.hidden)
+    if is_image_space(env.single_observation_space):  # pixels: the Nature CNN, then the MLP head
+        encoder, features = observation_encoder(env.single_observation_space, owner="dqn")
+        qnet = nn.Sequential(encoder, mlp(features, num_actions, cfg.hidden))
+    else:
+        qnet = mlp(int(env.single_observation_space.shape[0]), num_actions, cfg.hidden)
     greedy = QValuePolicy(qnet)
     explore = EpsilonGreedy(
         greedy, num_actions=num_actions, eps_start=cfg.eps_start, eps_end=cfg.eps_end,

@@ -1,0 +1,18 @@
+"""What the engine reads from Gymnasium spaces."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["is_image_space"]
+
+
+def is_image_space(space: gym.Space) -> bool:
+    """A uint8 Box of 2 or 3 dimensions: ``(H, W)``, ``(C, H, W)`` or ``(H, W, C)`` pixels.
+
+    Examples:
+        >>> is_image_space(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)), is_image_space(gym.spaces.Box(-1, 1, (4,)))
+        (True, False)
+    """
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
