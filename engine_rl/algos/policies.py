@@ -25,8 +25,10 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from engine_rl.algos.encoders import NatureCNN
 from engine_rl.algos.networks import mlp
 from engine_rl.normalization import Normalizer
+from engine_rl.spaces import is_image_space
 
 __all__ = [
     "ActorCritic",
@@ -41,7 +43,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def orthogonal_init_(module: nn.Module, *, gain: float = math.sqrt(2), last_gain: float | None = None) -> nn.Module:
-    """Orthogonal weights and zero biases for every ``nn.Linear`` in ``module`` (in place).
+    """Orthogonal weights and zero biases for every ``nn.Linear`` and ``nn.Conv2d`` in ``module`` (in place).
 
     The usual PPO initialisation: hidden layers with ``gain`` (sqrt 2), the last layer with
     ``last_gain`` (0.01 for a policy head, 1 for a value head). Returns ``module``.
@@ -51,7 +53,7 @@ def orthogonal_init_(module: nn.Module, *, gain: float = math.sqrt(2), last_gain
         >>> float(net[-1].weight.abs().max()) < 0.02, float(net[0].bias.abs().sum())
         (True, 0.0)
     """
-    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear | nn.Conv2d)]
     for i, layer in enumerate(linears):
         g = last_gain if (last_gain is not None and i == len(linears) - 1) else gain
         nn.init.orthogonal_(layer.weight, gain=g)
@@ -71,6 +73,8 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
         critic: maps (normalized) observations to values ``[..., 1]`` (or ``[...]``); ``None``
             for an actor-only policy.
         obs_normalizer: applied to ``"observation"`` before both networks (``None``: identity).
+        encoder: a trunk shared by the actor and the critic, between the normalizer and them
+            (e.g. :class:`~engine_rl.algos.encoders.NatureCNN` for pixels; ``None``: none).
         deterministic: act with the distribution's mode (argmax / mean) instead of sampling.
         write_value: also write ``"state_value"`` when acting (costs a critic forward per step;
             PPO's advantage handler recomputes values per batch, so collectors can skip it).
@@ -87,6 +91,7 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
         critic: nn.Module | None = None,
         *,
         obs_normalizer: nn.Module | None = None,
+        encoder: nn.Module | None = None,
         deterministic: bool = False,
         write_value: bool = True,
         seed: int | None = None,
@@ -95,6 +100,7 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
         self.actor = actor
         self.critic = critic
         self.obs_normalizer = obs_normalizer
+        self.encoder = encoder
         self.deterministic = deterministic
         self.write_value = write_value and critic is not None
         if seed is None:
@@ -121,8 +127,13 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
 
     # -- public ---------------------------------------------------------------------------
     def normalize(self, observation: torch.Tensor) -> torch.Tensor:
-        """The observation as the networks see it."""
+        """The observation after the normalizer."""
         return observation if self.obs_normalizer is None else self.obs_normalizer(observation)
+
+    def features(self, observation: torch.Tensor) -> torch.Tensor:
+        """The observation as the actor and the critic see it: normalized, then encoded."""
+        obs = self.normalize(observation)
+        return obs if self.encoder is None else self.encoder(obs)
 
     def _critic(self, obs: torch.Tensor) -> torch.Tensor:
         if self.critic is None:
@@ -133,7 +144,7 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         """Act: write ``"action"`` (and ``"log_prob"`` unless deterministic, ``"state_value"``
         if ``write_value``) for ``td["observation"]``; returns ``td``."""
-        obs = self.normalize(td["observation"])
+        obs = self.features(td["observation"])
         params = self.actor(obs)
         if self.deterministic:
             td.set("action", self._mode(params))
@@ -152,18 +163,18 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
 
         ``value`` is ``None`` for an actor-only policy.
         """
-        obs = self.normalize(observation)
+        obs = self.features(observation)
         log_prob, entropy = self._log_prob_entropy(self.actor(obs), action)
         return log_prob, entropy, (self._critic(obs) if self.critic is not None else None)
 
     def value(self, observation: torch.Tensor) -> torch.Tensor:
-        """``V(observation)``, shape ``observation.shape[:-1]``."""
-        return self._critic(self.normalize(observation))
+        """``V(observation)``, one value per observation (shape: the batch dimensions)."""
+        return self._critic(self.features(observation))
 
     def greedy(self) -> ActorCritic:
         """The deterministic policy: shares the networks and normalizer, not the flags or RNG."""
         return type(self)(
-            self.actor, self.critic, obs_normalizer=self.obs_normalizer, deterministic=True,
+            self.actor, self.critic, obs_normalizer=self.obs_normalizer, encoder=self.encoder, deterministic=True,
             write_value=False, seed=0,
         )
 
@@ -296,9 +307,11 @@ def make_actor_critic(
 
     ``Discrete`` actions give a :class:`CategoricalActorCritic`, a 1-D ``Box`` a
     :class:`GaussianActorCritic`. Pass the env's *single* spaces (``env.single_action_space``).
+    Image observations (a uint8 Box of 2 or 3 dimensions) go through a shared
+    :class:`~engine_rl.algos.encoders.NatureCNN` trunk (512 features) under both MLPs.
 
     Args:
-        observation_space: a 1-D ``Box``.
+        observation_space: a 1-D ``Box`` or an image.
         action_space: ``Discrete`` or 1-D ``Box``.
         hidden: hidden widths of both MLPs (Stable-Baselines3's default: 64, 64).
         activation: activation module class (tanh, as in SB3's PPO).
@@ -321,8 +334,11 @@ def make_actor_critic(
         ...
         ValueError: make_actor_critic: a Gaussian policy needs a Box action space, got Discrete(2)
     """
-    if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-        raise ValueError(f"{owner}: the observation space must be a 1-D Box, got {observation_space}")
+    image = is_image_space(observation_space)
+    if not image and (not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1):
+        raise ValueError(f"{owner}: the observation space must be a 1-D Box or an image, got {observation_space}")
+    if image and normalize_observations:
+        raise ValueError(f"{owner}: normalize_observations is for vector observations; pixels are scaled to [0, 1]")
     if kind not in ("auto", "categorical", "gaussian"):
         raise ValueError(f"{owner}: kind must be 'auto', 'categorical' or 'gaussian', got {kind!r}")
     discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -336,15 +352,20 @@ def make_actor_critic(
             f"{owner}: the action space must be Discrete (categorical policy) or a 1-D Box (Gaussian policy), "
             f"got {action_space}"
         )
-    obs_dim = int(observation_space.shape[0])
+    encoder = NatureCNN(observation_space.shape) if image else None
+    obs_dim = encoder.features if encoder is not None else int(observation_space.shape[0])
     out_dim = int(action_space.n) if discrete else int(action_space.shape[0])
     actor_net = mlp(obs_dim, out_dim, hidden, activation=activation)
     critic = mlp(obs_dim, 1, hidden, activation=activation)
     if ortho_init:
         orthogonal_init_(actor_net, last_gain=0.01)
         orthogonal_init_(critic, last_gain=1.0)
+        if encoder is not None:
+            orthogonal_init_(encoder)
     normalizer = Normalizer((obs_dim,), clip=obs_clip) if normalize_observations else None
     if discrete:
-        return CategoricalActorCritic(actor_net, critic, obs_normalizer=normalizer, write_value=write_value, seed=seed)
+        return CategoricalActorCritic(actor_net, critic, obs_normalizer=normalizer, encoder=encoder,
+                                      write_value=write_value, seed=seed)
     actor = GaussianActor(actor_net, action_dim=out_dim, log_std_init=log_std_init)
-    return GaussianActorCritic(actor, critic, obs_normalizer=normalizer, write_value=write_value, seed=seed)
+    return GaussianActorCritic(actor, critic, obs_normalizer=normalizer, encoder=encoder, write_value=write_value,
+                               seed=seed)

@@ -87,7 +87,8 @@ class PPOConfig:
     target_kl: float | None = None
     """Stop a batch's epochs once approx_kl exceeds 1.5 * target_kl (None: never)."""
     hidden: tuple[int, ...] = (64, 64)
-    """Hidden widths of the actor and of the critic (separate networks)."""
+    """Hidden widths of the actor and of the critic (separate networks; for image observations
+    both sit on a shared Nature CNN trunk of 512 features, ``engine_rl.algos.encoders``)."""
     activation: str = "tanh"
     """Activation of the hidden layers: 'tanh' or 'relu'."""
     ortho_init: bool = True
@@ -147,7 +148,7 @@ class PPOConfig:
                 f"PPOConfig: batch_size ({self.batch_size}) exceeds the frames per batch "
                 f"(num_envs * steps_per_env = {self.frames_per_batch})"
             )
-        check.env(algo="ppo", actions="discrete or box", vectorization=self.vectorization)
+        check.env(algo="ppo", actions="discrete or box", vectorization=self.vectorization, images=True)
 
     @property
     def frames_per_batch(self) -> int:

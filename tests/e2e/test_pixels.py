@@ -1,5 +1,5 @@
 """Image observations: uint8 pixels stay uint8 from the env through batches and replay, and DQN
-(Nature CNN) learns from them.
+(a Nature CNN Q network) and PPO (a Nature CNN trunk shared by actor and critic) learn from them.
 
 The env: a 36x36 grey frame with a white bar on its left or right half (a coin flip per step);
 acting on the bar's side pays 1, the other side 0; 10 steps per episode. A policy that ignores
@@ -66,3 +66,15 @@ def test_dqn_learns_to_read_the_pixels(tmp_path, capsys):
     assert main(["train", "dqn-cartpole", *args]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["eval_return_mean"] >= 9.0, summary  # ignoring the pixels earns about 5
+
+
+def test_ppo_learns_to_read_the_pixels_through_a_shared_cnn(tmp_path, capsys):
+    args = ["--set", "env_id=engine_rl_tests/BarSide-v0", "--set", "num_envs=4", "--set", "steps_per_env=64",
+            "--set", "batch_size=64", "--set", "num_epochs=4", "--set", "hidden=()", "--set", "lr=1e-3",
+            "--set", "lr_end=1e-3", "--set", "eval_every=100", "--frames", "4096", "--seed", "0",
+            "--out", str(tmp_path), "--no-progress"]
+    assert main(["train", "ppo-cartpole", *args]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["eval_return_mean"] >= 9.0, summary  # ignoring the pixels earns about 5
+    state = torch.load(tmp_path / "inference.pt", weights_only=True)
+    assert any(k.startswith("encoder.convs.0.") for k in state["policy"])  # one trunk, shared by both heads
