@@ -26,8 +26,7 @@ from engine_rl.keys import NestedKey, format_key, present_keys
 __all__ = ["GymStepper"]
 
 _NEXT = "next"
-#: Staging entries filled from the env (numpy on the hot path), with their dtypes.
-#: (Observations: float32, or uint8 for a uint8 Box, ``VecEnvSpec.observation_dtype``.)
+#: Staging entries filled from the env (numpy on the hot path), with their dtypes (observations: spec's).
 _ENV_KEYS: dict[NestedKey, torch.dtype] = {
     "observation": torch.float32,
     (_NEXT, "observation"): torch.float32,
@@ -337,10 +336,9 @@ class GymStepper:
     def _alloc_env(self, rows: int) -> None:
         n, obs_shape = self.num_envs, self.spec.observation_shape
         for key, dtype in _ENV_KEYS.items():
-            is_obs = key in ("observation", (_NEXT, "observation"))
-            if is_obs:  # uint8 pixels stay uint8
-                dtype = self.spec.observation_dtype
-            self.buffers[key] = torch.zeros((rows, n, *obs_shape) if is_obs else (rows, n), dtype=dtype)
+            is_obs = key in ("observation", (_NEXT, "observation"))  # (uint8 pixels stay uint8)
+            self.buffers[key] = torch.zeros((rows, n, *obs_shape) if is_obs else (rows, n),
+                                            dtype=self.spec.observation_dtype if is_obs else dtype)
         for key in self.info_keys:
             self.buffers[(*INFO_KEY, key)] = torch.full((rows, n), float("nan"))
         self.valid = np.zeros((rows, n), dtype=bool)
