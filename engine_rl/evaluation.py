@@ -147,7 +147,8 @@ def create_evaluator(
     none did). Stock Ignite handlers attach to it (see the module docstring).
 
     Args:
-        env: a gymnasium vector env used only for evaluation (each run resets it; it is left
+        env: a gymnasium vector env or a :class:`~engine_rl.envs.TorchEnv`, used only for
+            evaluation (each run resets it; it is left
             mid-episode).
         policy: writes ``"action"`` into a TensorDict holding ``"observation"``.
         num_episodes: episodes per run (a positive int); episodes are assigned to env copies up

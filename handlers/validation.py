@@ -46,7 +46,8 @@ class ValidationRollout:
     evaluating on the same episodes.
 
     Args:
-        env: a gymnasium vector env used only for evaluation (it is left mid-episode).
+        env: a gymnasium vector env or a :class:`~engine_rl.envs.TorchEnv`, used only for
+            evaluation (it is left mid-episode).
         policy: the deterministic (e.g. greedy) policy to score; it writes ``"action"`` into a
             TensorDict holding ``"observation"``.
         num_episodes: episodes per evaluation.

@@ -1,4 +1,5 @@
-"""Evaluation rollouts: run whole episodes with a policy on a vector env (same steps as the collector)."""
+"""Evaluation rollouts: run whole episodes with a policy on a vector env (same steps as the
+collector) or on a batched torch env (:class:`~engine_rl.envs.TorchEnv`, stepped on its device)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
+from tensordict import TensorDict
 
 from engine_rl.collectors.info import INFO_KEY
 from engine_rl.collectors.policy import Policy
 from engine_rl.collectors.stepper import GymStepper
+from engine_rl.envs.base import TorchEnv
 
 __all__ = ["run_episodes"]
 
 
 def run_episodes(
-    env: VectorEnv,
+    env: VectorEnv | TorchEnv,
     policy: Policy,
     num_episodes: int = 10,
     *,
@@ -33,14 +36,16 @@ def run_episodes(
     ``torch.no_grad()``. The env is left mid-episode: give evaluation its own env.
 
     Args:
-        env: a gymnasium vector env (its episodes must end, e.g. through a time limit).
+        env: a gymnasium vector env (its episodes must end, e.g. through a time limit), or a
+            :class:`~engine_rl.envs.TorchEnv` (the policy then runs on its device).
         policy: writes ``"action"`` into a TensorDict holding ``"observation"`` (see
             :data:`~engine_rl.collectors.gym.Policy`); pass the greedy one to evaluate.
         num_episodes: number of episodes (a positive int).
         seed: seed for ``env.reset`` (copy ``i`` gets ``seed + i``); ``None``: unseeded.
-        device: the policy's device; ``None``: from its parameters.
+        device: the policy's device; ``None``: from its parameters (a gymnasium env only).
         info_keys: scalar entries of the env's ``info`` to read at each counted episode's last
-            step (e.g. ``"is_success"``; a copy that does not report one gives NaN).
+            step (e.g. ``"is_success"``; a copy that does not report one gives NaN); a gymnasium
+            env only (a torch env has no ``info``).
 
     Returns:
         ``{"return": float32 [num_episodes], "length": int64 [num_episodes]}``, grouped by copy,
@@ -56,6 +61,10 @@ def run_episodes(
     """
     if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
         raise ValueError(f"run_episodes: num_episodes must be a positive int, got {num_episodes!r}")
+    if isinstance(env, TorchEnv):
+        if info_keys:
+            raise ValueError(f"run_episodes: info_keys {tuple(info_keys)} need a gymnasium env; a TorchEnv reports no info")
+        return _run_torch_episodes(env, policy, num_episodes, seed)
     stepper = GymStepper(env, policy, device=device, owner="run_episodes", info_keys=info_keys)
     n = stepper.num_envs
     quota = np.full(n, num_episodes // n, dtype=np.int64)
@@ -84,3 +93,37 @@ def run_episodes(
     out = {"return": torch.from_numpy(returns), "length": torch.from_numpy(lengths)}
     out.update((f"info_{key}", torch.from_numpy(values)) for key, (_, values) in infos.items())
     return out
+
+
+def _run_torch_episodes(env: TorchEnv, policy: Policy, num_episodes: int, seed: int | None) -> dict[str, torch.Tensor]:
+    """:func:`run_episodes` on a torch env: the same quota per copy, counted with tensors on its device."""
+    n, device = env.num_envs, env.device
+    quota = torch.full((n,), num_episodes // n, dtype=torch.int64, device=device)
+    quota[: num_episodes % n] += 1
+    offset = quota.cumsum(0) - quota
+    count = torch.zeros(n, dtype=torch.int64, device=device)
+    returns = torch.zeros(num_episodes, dtype=torch.float32, device=device)
+    lengths = torch.zeros(num_episodes, dtype=torch.int64, device=device)
+    ep_return = torch.zeros(n, dtype=torch.float32, device=device)
+    ep_length = torch.zeros(n, dtype=torch.int64, device=device)
+    remaining = num_episodes
+    with torch.no_grad():
+        env.reset(seed=seed)
+        while remaining:
+            td = TensorDict({"observation": env.observation}, batch_size=[n], device=device)
+            out = policy(td)
+            _, reward, terminated, truncated = env.step((td if out is None else out)["action"])
+            ep_return += reward
+            ep_length += 1
+            done = terminated | truncated
+            counted = done & (count < quota)
+            if counted.any():  # one host sync per step: evaluation, not the training hot path
+                idx = counted.nonzero().squeeze(1)
+                pos = offset[idx] + count[idx]
+                returns[pos] = ep_return[idx]
+                lengths[pos] = ep_length[idx]
+                count[idx] += 1
+                remaining -= len(idx)
+            ep_return.masked_fill_(done, 0.0)
+            ep_length.masked_fill_(done, 0)
+    return {"return": returns.cpu(), "length": lengths.cpu()}

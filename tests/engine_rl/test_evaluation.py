@@ -17,6 +17,7 @@ from tensordict import TensorDict
 from engine_rl import RLEvents, create_evaluator, create_trainer
 from engine_rl.checkpoint import AtomicDiskSaver, load_checkpoint
 from engine_rl.collectors import make_vec_env, run_episodes
+from engine_rl.envs import CartPole
 from engine_rl.evaluation import EVAL_METRICS, Evaluator
 from handlers import ValidationRollout
 
@@ -113,6 +114,26 @@ def test_validation_rollout_runs_its_evaluator_and_copies_the_scores():
     assert rollout.num_evaluations == len(completed) == 2
     assert trainer.state.metrics["eval_return_mean"] == completed[-1]
     assert {f"eval_{k}" for k in EVAL_METRICS} <= set(trainer.state.metrics)
+
+
+def test_a_torch_env_is_evaluated_with_its_own_quota_of_episodes_and_by_validation_rollout():
+    env = CartPole(num_envs=3, max_episode_steps=100)
+    balanced = run_episodes(env, Threshold(), num_episodes=5, seed=0)
+    always_right = run_episodes(env, Threshold(bias=5.0), num_episodes=5, seed=0)
+    assert balanced["return"].shape == (5,) and balanced["length"].dtype == torch.int64
+    assert torch.equal(balanced["return"], balanced["length"].float())  # CartPole pays 1 per step
+    assert (balanced["length"] == 100).all()  # the threshold policy balances until the time limit
+    assert (always_right["length"] < 30).all()  # pushing one way drops the pole fast
+    assert torch.equal(run_episodes(env, Threshold(bias=5.0), num_episodes=5, seed=0)["return"], always_right["return"])
+    with pytest.raises(ValueError, match=r"info_keys \('x',\) need a gymnasium env; a TorchEnv reports no info"):
+        run_episodes(env, Threshold(), num_episodes=2, info_keys=("x",))
+
+    policy = Threshold(bias=5.0)
+    rollout = ValidationRollout(CartPole(num_envs=2), policy, num_episodes=4, every=1, seed=1)
+    trainer = trainer_over(policy, 2)
+    rollout.attach(trainer)
+    trainer.run(max_epochs=1)
+    assert rollout.num_evaluations == 2 and trainer.state.metrics["eval_return_mean"] < 30
 
 
 def test_validation_every_frames_evaluates_when_a_multiple_is_reached_and_resumes():
