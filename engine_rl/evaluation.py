@@ -148,8 +148,7 @@ def create_evaluator(
 
     Args:
         env: a gymnasium vector env or a :class:`~engine_rl.envs.TorchEnv`, used only for
-            evaluation (each run resets it; it is left
-            mid-episode).
+            evaluation (each run resets it; it is left mid-episode).
         policy: writes ``"action"`` into a TensorDict holding ``"observation"``.
         num_episodes: episodes per run (a positive int); episodes are assigned to env copies up
             front, see :func:`~engine_rl.collectors.run_episodes`.
