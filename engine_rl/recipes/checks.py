@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 import gymnasium as gym
 
 from engine_rl.collectors.envs import env_spaces, env_spec
+from engine_rl.envs import TORCH_ENVS
 from engine_rl.spaces import is_image_space
 
 __all__ = ["FieldChecks"]
@@ -124,6 +125,20 @@ class FieldChecks:
         value, bound = getattr(self.config, name), getattr(self.config, other)
         if value < bound:
             raise ValueError(f"{self.owner}: {name} ({value}) must be >= {other} ({bound})")
+
+    def torch_env(self) -> None:
+        """``env_backend='torch'``: ``env_id`` has a torch version, and no gymnasium-only option is set."""
+        if self.config.env_id not in TORCH_ENVS:
+            raise ValueError(
+                f"{self.owner}: env_backend 'torch' needs an env_id with a torch version ({', '.join(sorted(TORCH_ENVS))}), "
+                f"got {self.config.env_id!r}"
+            )
+        for name in ("wrappers", "info_keys"):
+            if getattr(self.config, name, ()):
+                raise ValueError(
+                    f"{self.owner}: {name} {getattr(self.config, name)} are gymnasium options; env_backend 'torch' "
+                    "takes none (use env_backend 'gymnasium')"
+                )
 
     def env(self, *, algo: str, actions: str, vectorization: str | None = None, images: bool = False) -> None:
         """``env_id`` is a registered gymnasium id whose spaces suit ``algo``.

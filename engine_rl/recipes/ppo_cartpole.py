@@ -23,9 +23,11 @@ from torch import nn
 
 from engine_rl.algos.policies import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
-from engine_rl.collectors import GymCollector, make_vec_env
+from engine_rl.collectors import GymCollector, TorchEnvCollector, make_vec_env
+from engine_rl.collectors.envs import env_spaces
 from engine_rl.compile import compile_loss
 from engine_rl.engine import create_trainer
+from engine_rl.envs import TorchEnv, make_torch_env
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
@@ -49,6 +51,10 @@ class PPOConfig:
     """Gymnasium id; Discrete actions get a categorical policy, 1-D Box actions a Gaussian one."""
     num_envs: int = 8
     """Environment copies stepped together by the collector (rl-zoo: n_envs)."""
+    env_backend: str = "gymnasium"
+    """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
+    (``engine_rl.envs``: CartPole-v1, Pendulum-v1), stepped as tensors with no numpy round trip,
+    for thousands of copies (``--set num_envs=4096``); no wrappers or info_keys there."""
     vectorization: str = "auto"
     """Gymnasium vectorization: 'auto' (the env's numpy-batched vector entry point if it registers
     one, else 'sync'), 'vector_entry_point', 'sync' or 'async'."""
@@ -133,6 +139,7 @@ class PPOConfig:
                             "eval_episodes")
         check.nonnegative_ints("eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
+        check.choice("env_backend", ("gymnasium", "torch"))
         check.choice("nonfinite", ("stop", "skip"))
         check.choice("activation", tuple(sorted(_ACTIVATIONS)))
         check.positive("lr", "adam_eps", "clip_epsilon")
@@ -149,6 +156,8 @@ class PPOConfig:
                 f"(num_envs * steps_per_env = {self.frames_per_batch})"
             )
         check.env(algo="ppo", actions="discrete or box", vectorization=self.vectorization, images=True)
+        if self.env_backend == "torch":
+            check.torch_env()
 
     @property
     def frames_per_batch(self) -> int:
@@ -161,7 +170,9 @@ class PPOConfig:
         return self.frames_per_batch // self.batch_size
 
 
-def _make_env(cfg: PPOConfig, num_envs: int) -> gym.vector.VectorEnv:
+def _make_env(cfg: PPOConfig, num_envs: int) -> gym.vector.VectorEnv | TorchEnv:
+    if cfg.env_backend == "torch":  # actions are clamped to the bounds inside the torch envs
+        return make_torch_env(cfg.env_id, num_envs)
     env = make_vec_env(cfg.env_id, num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
     if isinstance(env.single_action_space, gym.spaces.Box):
         env = ClipAction(env)  # the policy's Gaussian samples are unbounded
@@ -172,9 +183,10 @@ def _make_env(cfg: PPOConfig, num_envs: int) -> gym.vector.VectorEnv:
 def build_ppo(cfg: PPOConfig) -> Setup:
     torch.manual_seed(cfg.seed)
     env = _make_env(cfg, cfg.num_envs)
+    observation_space, action_space = env_spaces(cfg.env_id, wrappers=cfg.wrappers)  # one copy's
     try:
         policy = make_actor_critic(
-            env.single_observation_space, env.single_action_space,
+            observation_space, action_space,
             hidden=cfg.hidden, activation=_ACTIVATIONS[cfg.activation],
             normalize_observations=cfg.normalize_observations, log_std_init=cfg.log_std_init,
             ortho_init=cfg.ortho_init, write_value=False, seed=cfg.seed, owner=f"ppo ({cfg.env_id})",
@@ -183,8 +195,11 @@ def build_ppo(cfg: PPOConfig) -> Setup:
         env.close()
         raise
     greedy = policy.greedy()
-    collector = GymCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
-                             info_keys=cfg.info_keys)
+    if cfg.env_backend == "torch":
+        collector = TorchEnvCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
+    else:
+        collector = GymCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
+                                 info_keys=cfg.info_keys)
     loss = PPOLoss(
         policy, clip_epsilon=cfg.clip_epsilon, value_clip=cfg.value_clip, value_coef=cfg.value_coef,
         entropy_coef=cfg.entropy_coef, normalize_advantage=cfg.normalize_advantage,
