@@ -40,7 +40,8 @@ BAD = [
     (DQNConfig, {"env_id": "Cartpole-v1"}, "close matches: CartPole-v1"),
     (DQNConfig, {"env_id": "Pendulum-v1"}, "DQNConfig: dqn needs a discrete action space; Pendulum-v1 has Box actions"),
     (DQNConfig, {"env_id": "Blackjack-v1", "vectorization": "sync"},
-     r"DQNConfig: dqn \(Blackjack-v1\): the observation space must be a 1-D Box, got Tuple"),
+     r"DQNConfig: dqn \(Blackjack-v1\): the observation space must be a 1-D Box or a uint8 image Box \(H, W\), "
+     r"\(C, H, W\) or \(H, W, C\), got Tuple"),
     (DQNConfig, {"env_id": "Acrobot-v1", "vectorization": "vector_entry_point"},
      "DQNConfig: vectorization 'vector_entry_point' needs an env that registers a vector entry point; "
      r"Acrobot-v1 has none \(use 'auto', 'sync' or 'async'\)"),
