@@ -47,7 +47,12 @@ def check_same_config(out: Path, name: str, config: Any) -> None:
     if not path.is_file():
         raise nothing_to_resume(out)
     saved, now = json.loads(path.read_text()), config_record(name, config)
-    diff = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
+    # a field added to the recipe since the run was saved is no difference while it keeps its
+    # default (the run trained with what the default does)
+    defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(config)
+                                      if f.default is not dataclasses.MISSING}))
+    diff = [k for k in sorted(set(saved) | set(now))
+            if saved.get(k) != now.get(k) and not (k not in saved and k in defaults and now.get(k) == defaults[k])]
     if diff:
         changes = ", ".join(f"{k} ({saved.get(k)!r} -> {now.get(k)!r})" for k in diff)
         raise RunError(

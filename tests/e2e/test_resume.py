@@ -3,6 +3,7 @@
 Seeds: dqn-cartpole seed 1, ppo-cartpole seed 2 (fixed in the arguments below).
 """
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import torch
 from engine_rl.checkpoint import list_checkpoints
 from engine_rl.cli import main
 from engine_rl.recipes import RECIPES
+from engine_rl.recipes.runner import RunError, load_run_config, train
 from support.compare import differences, log
 
 
@@ -142,3 +144,21 @@ def test_patience_stops_the_run_early_and_a_resumed_run_stays_stopped(tmp_path, 
     assert len(evals) >= 3 and max(evals[-2:]) <= max(evals[:-2])  # two evaluations without improvement
     again = train_cli("dqn-cartpole", tmp_path, "--resume", "--patience", "2", capsys=capsys)
     assert again["stopped_early"] and again["frames"] == summary["frames"]
+
+
+def test_a_run_saved_before_a_config_field_existed_resumes_while_the_field_keeps_its_default(tmp_path, capsys):
+    # runs saved before `wrappers` and `env_backend` existed: their config.json lacks them
+    args = ARGS["ppo-cartpole"]
+    out = tmp_path / "run"
+    train_cli("ppo-cartpole", out, *args, "--until-frames", "512", capsys=capsys)
+    saved = json.loads((out / "config.json").read_text())
+    del saved["wrappers"], saved["env_backend"]
+    (out / "config.json").write_text(json.dumps(saved))
+    resumed = train_cli("ppo-cartpole", out, "--resume", "--checkpoint-every", "1", capsys=capsys)
+    assert resumed["frames"] == 1024 and resumed["resumed_from"].endswith("checkpoint_512.pt")
+    # a field missing from the saved config but set away from its default is a difference
+    config = dataclasses.replace(load_run_config(out), info_keys=("x",))
+    del saved["info_keys"]
+    (out / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(RunError, match=r"--resume: the config differs from .*: info_keys \(None -> \['x'\]\)"):
+        train("ppo-cartpole", config, out, resume=True, progress=False)
