@@ -1,24 +1,17 @@
-"""Observation encoders chosen by the observation space: pixels through the Nature CNN, vectors as they are.
+"""The image encoder: pixels (a uint8 Box of 2 or 3 dimensions, :func:`engine_rl.spaces.is_image_space`)
+through the Nature CNN to ``[batch, features]`` float32 features, on which a head (``mlp``) builds.
 
-:func:`observation_encoder` returns ``(module, features)``: a module mapping a batch of
-observations to ``[batch, features]`` float32 features, on which a head (``mlp``) builds.
-
-- 1-D Box: the identity (cast to float32 if the Box is not float).
-- uint8 Box of 2 or 3 dimensions (images; ``(H, W)``, ``(C, H, W)`` as frame stacks give, or
-  ``(H, W, C)`` as raw Atari frames are): :class:`NatureCNN`, which scales bytes to [0, 1]
-  on the device it runs on, so replay keeps the bytes (a quarter of float32's memory).
+Images may be ``(H, W)``, ``(C, H, W)`` as frame stacks give, or ``(H, W, C)`` as raw Atari frames
+are. The network scales bytes to [0, 1] on the device it runs on, so batches and replay keep the
+bytes (a quarter of float32's memory).
 """
 
 from __future__ import annotations
 
-import gymnasium as gym
-import numpy as np
 import torch
 from torch import nn
 
-from engine_rl.spaces import is_image_space
-
-__all__ = ["NatureCNN", "is_image_space", "observation_encoder"]
+__all__ = ["NatureCNN"]
 
 
 class NatureCNN(nn.Module):
@@ -73,32 +66,3 @@ class NatureCNN(nn.Module):
         batch = x.shape[:-3]
         y = self.fc(self.convs(x.reshape(-1, *x.shape[-3:])))
         return y.reshape(*batch, self.features)
-
-
-class _Float(nn.Module):
-    """Cast observations to float32 (a non-float vector Box, e.g. flattened one-hot ints)."""
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return obs.float()
-
-
-def observation_encoder(space: gym.Space, *, owner: str = "observation_encoder") -> tuple[nn.Module, int]:
-    """``(encoder, features)`` for ``space`` (see the module docstring); a ``ValueError`` naming
-    ``owner`` and the space for any other space.
-
-    Examples:
-        >>> observation_encoder(gym.spaces.Box(-1, 1, (4,)))
-        (Identity(), 4)
-        >>> enc, n = observation_encoder(gym.spaces.Box(0, 255, (84, 84), np.uint8)); type(enc).__name__, n
-        ('NatureCNN', 512)
-    """
-    if is_image_space(space):
-        cnn = NatureCNN(space.shape)
-        return cnn, cnn.features
-    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
-        encoder = nn.Identity() if np.issubdtype(space.dtype, np.floating) else _Float()
-        return encoder, int(space.shape[0])
-    raise ValueError(
-        f"{owner}: observations must be a 1-D Box or a uint8 image Box (H, W), (C, H, W) or (H, W, C), got {space} "
-        "(--set wrappers=FlattenObservation flattens Discrete, Tuple and Dict spaces)"
-    )

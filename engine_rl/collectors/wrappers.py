@@ -96,4 +96,3 @@ def apply_wrappers(env: gym.Env, wrappers: Sequence[EnvWrapper], *, owner: str =
         except Exception as err:  # noqa: BLE001  (any failure of a user-named wrapper)
             raise ValueError(f"{owner}: wrapper {wrap.__name__!r} cannot wrap {env}: {type(err).__name__}: {err}") from err
     return env
-

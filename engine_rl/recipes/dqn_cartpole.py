@@ -20,7 +20,7 @@ from ignite.handlers import PiecewiseLinear
 from torch import nn
 
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
-from engine_rl.algos.encoders import observation_encoder
+from engine_rl.algos.encoders import NatureCNN
 from engine_rl.collectors import AsyncCollector, GymCollector, make_vec_env
 from engine_rl.compile import compile_loss
 from engine_rl.engine import create_trainer
@@ -176,8 +176,8 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         )
     num_actions = int(env.single_action_space.n)
     if is_image_space(env.single_observation_space):  # pixels: the Nature CNN, then the MLP head
-        encoder, features = observation_encoder(env.single_observation_space, owner="dqn")
-        qnet = nn.Sequential(encoder, mlp(features, num_actions, cfg.hidden))
+        encoder = NatureCNN(env.single_observation_space.shape)
+        qnet = nn.Sequential(encoder, mlp(encoder.features, num_actions, cfg.hidden))
     else:
         qnet = mlp(int(env.single_observation_space.shape[0]), num_actions, cfg.hidden)
     greedy = QValuePolicy(qnet)
