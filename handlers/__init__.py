@@ -25,6 +25,7 @@ handler                       default event                        does
 :class:`FrameSchedule`        ``RLEvents.BATCH_COLLECTED``         lr / clip range over frames
 :class:`ObservationNormalizer` ``RLEvents.BATCH_COLLECTED``        running obs statistics
 :class:`RewardNormalizer`     ``RLEvents.BATCH_COLLECTED``         discounted-return reward scaling
+:class:`RewardClipper`        ``RLEvents.BATCH_COLLECTED``         rewards to their sign (Atari)
 :class:`NaNGuard`             ``RLEvents.BACKWARD_COMPLETED`` ...  stop on NaN/Inf, naming the key
 ``distributed.make_data_parallel`` several                     gradient all-reduce, synced stats
 :func:`attach_dashboard`      ``Events.ITERATION_COMPLETED``       live visdom plots (off-thread)
@@ -38,7 +39,7 @@ from handlers.kl_stop import KLEarlyStop
 from handlers.metrics_log import MetricsLogger
 from handlers.minibatch import MinibatchSampler
 from handlers.nan_guard import NaNGuard, NonFiniteError
-from handlers.normalization import ObservationNormalizer, RewardNormalizer
+from handlers.normalization import ObservationNormalizer, RewardClipper, RewardNormalizer
 from handlers.optim import GradClipper
 from handlers.progress import FramesProgressBar
 from handlers.replay import PriorityUpdater, ReplayExtender, ReplaySampler
@@ -55,6 +56,7 @@ __all__ = [
     "NaNGuard",
     "NonFiniteError",
     "ObservationNormalizer",
+    "RewardClipper",
     "RewardNormalizer",
     "EpisodeStats",
     "FramesProgressBar",

@@ -7,6 +7,8 @@
   evaluation never does (and ``normalizer.frozen = True`` stops updates altogether).
 - :class:`RewardNormalizer` scales each batch's rewards in place by the running std of the
   discounted return (:class:`~engine_rl.normalization.ReturnScaler`), then clamps.
+- :class:`RewardClipper` replaces each batch's rewards by their sign (Mnih et al., 2015: Atari
+  scores of any scale become -1, 0, +1 for the loss).
 
 Attach both before handlers that read rewards or values on the same event (e.g.
 :class:`handlers.advantage.GAEAdvantage`): Ignite runs handlers in attachment order.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from ignite.engine import Engine
 from ignite.engine.events import RemovableEventHandle
 
@@ -26,7 +29,7 @@ from engine_rl.keys import NestedKey, require_keys
 from engine_rl.normalization import Normalizer, ReturnScaler
 from handlers._attach import add_handler
 
-__all__ = ["ObservationNormalizer", "RewardNormalizer"]
+__all__ = ["ObservationNormalizer", "RewardClipper", "RewardNormalizer"]
 
 
 class ObservationNormalizer:
@@ -151,3 +154,37 @@ class RewardNormalizer:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.scaler.load_state_dict(state_dict)
+
+
+class RewardClipper:
+    """Replace each batch's rewards by their sign: -1, 0 or +1 (``torch.sign``), in place.
+
+    Args:
+        key: the reward entry (overwritten).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({("next", "reward"): torch.tensor([[4.0, 0.0, -0.5]])}, [1, 3])
+        >>> RewardClipper().clip(batch)["next", "reward"].tolist()
+        [[1.0, 0.0, -1.0]]
+    """
+
+    def __init__(self, *, key: NestedKey = ("next", "reward")) -> None:
+        self.key = key
+
+    def clip(self, batch: Any) -> Any:
+        """Replace ``batch[key]`` by its sign (and return ``batch``)."""
+        require_keys(batch, [self.key], consumer="RewardClipper")
+        batch.set(self.key, torch.sign(batch[self.key]))
+        return batch
+
+    def __call__(self, engine: Engine) -> None:
+        self.clip(engine.state.batch)
+
+    def attach(
+        self, engine: Engine, *, event: Any = RLEvents.BATCH_COLLECTED, every: int = 1
+    ) -> RemovableEventHandle:
+        """Clip on ``event`` (default: every collected batch)."""
+        return add_handler(engine, self, event, every, owner="RewardClipper", exclusive=self,
+                           twice="it would clip twice (harmless, but a sign of a wiring mistake)")

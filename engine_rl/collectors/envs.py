@@ -29,7 +29,8 @@ VecMode = Literal["auto", "vector_entry_point", "sync", "async"]
 def env_spec(env_id: str, *, owner: str = "env_spec") -> EnvSpec:
     """The registered spec of ``env_id``; a ``ValueError`` naming ``owner`` and close ids otherwise.
 
-    ``"module:Id-v0"`` imports ``module`` first (as ``gymnasium.make`` does).
+    ``"module:Id-v0"`` imports ``module`` first (as ``gymnasium.make`` does); an id not yet
+    registered imports the installed :data:`REGISTERING_PACKAGES` (the Atari games) and looks again.
 
     Examples:
         >>> env_spec("CartPole-v1").max_episode_steps
@@ -48,11 +49,27 @@ def env_spec(env_id: str, *, owner: str = "env_spec") -> EnvSpec:
         except ImportError as err:
             raise ValueError(f"{owner}: env_id {env_id!r}: cannot import {module!r} to register it ({err})") from None
     spec = gym.registry.get(name)
+    if spec is None and not module:
+        _import_registering_packages()
+        spec = gym.registry.get(name)
     if spec is None:
         close = difflib.get_close_matches(name, list(gym.registry), n=3)
         hint = f"close matches: {', '.join(close)}" if close else "gymnasium.pprint_registry() lists the registered ids"
         raise ValueError(f"{owner}: env_id {env_id!r} is not a registered gymnasium env; {hint}")
     return spec
+
+
+#: Installed packages that register their envs with gymnasium when imported (``ale_py``: the Atari
+#: games, ``ALE/Breakout-v5`` and ``BreakoutNoFrameskip-v4``), so their ids need no ``module:`` prefix.
+REGISTERING_PACKAGES = ("ale_py",)
+
+
+def _import_registering_packages() -> None:
+    for package in REGISTERING_PACKAGES:
+        try:
+            importlib.import_module(package)
+        except ImportError:
+            pass
 
 
 _SPACES: dict[tuple[str, tuple[str, ...]], tuple[EnvSpec, gym.Space, gym.Space]] = {}

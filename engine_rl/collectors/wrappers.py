@@ -2,7 +2,8 @@
 
 A recipe's ``wrappers`` field is a tuple of such names; :func:`parse_wrappers` turns each into a
 callable applied to every env copy, in order (innermost first), before vectorization. A name is
-a single-env wrapper class of ``gymnasium.wrappers``; keyword arguments, if any, are Python
+a single-env wrapper class of ``gymnasium.wrappers`` or one of engine_rl's own (:data:`OWN_WRAPPERS`:
+``FireOnLifeStart``, :mod:`engine_rl.collectors.atari`); keyword arguments, if any, are Python
 literals. Nothing is evaluated: the text is parsed, never run.
 
 Examples:
@@ -29,17 +30,23 @@ from collections.abc import Callable, Sequence
 import gymnasium as gym
 import gymnasium.wrappers
 
-__all__ = ["apply_wrappers", "parse_wrappers", "wrapper_names"]
+from engine_rl.collectors.atari import FireOnLifeStart
+
+__all__ = ["OWN_WRAPPERS", "apply_wrappers", "parse_wrappers", "wrapper_names"]
 
 EnvWrapper = Callable[[gym.Env], gym.Env]
 
+#: engine_rl's wrappers that a ``wrappers`` entry may name beside gymnasium's.
+OWN_WRAPPERS: dict[str, type[gym.Wrapper]] = {"FireOnLifeStart": FireOnLifeStart}
+
 
 def wrapper_names() -> list[str]:
-    """The single-env wrapper classes of ``gymnasium.wrappers`` (what a ``wrappers`` entry may name)."""
+    """The single-env wrapper classes of ``gymnasium.wrappers`` and :data:`OWN_WRAPPERS` (what a
+    ``wrappers`` entry may name)."""
     return sorted(
-        name for name in dir(gymnasium.wrappers)
-        if isinstance(getattr(gymnasium.wrappers, name), type) and issubclass(getattr(gymnasium.wrappers, name), gym.Wrapper)
-        and getattr(gymnasium.wrappers, name) is not gym.Wrapper
+        [name for name in dir(gymnasium.wrappers)
+         if isinstance(getattr(gymnasium.wrappers, name), type) and issubclass(getattr(gymnasium.wrappers, name), gym.Wrapper)
+         and getattr(gymnasium.wrappers, name) is not gym.Wrapper] + list(OWN_WRAPPERS)
     )
 
 
@@ -72,7 +79,7 @@ def _parse_one(text: str, owner: str) -> EnvWrapper:
         close = difflib.get_close_matches(name, known, n=3)
         hint = f"close matches: {', '.join(close)}" if close else f"known: {', '.join(known)}"
         raise ValueError(f"{owner}: wrappers entry {name!r} is not a single-env wrapper of gymnasium.wrappers; {hint}")
-    cls = getattr(gymnasium.wrappers, name)
+    cls = OWN_WRAPPERS[name] if name in OWN_WRAPPERS else getattr(gymnasium.wrappers, name)
 
     def wrap(env: gym.Env) -> gym.Env:
         return cls(env, **kwargs)

@@ -8,7 +8,7 @@ minibatch). The policy is picked from the action space, so ``--set env_id=Pendul
 Gaussian policy (actions clipped to the bounds by the env wrapper).
 
 Per batch, on ``BATCH_COLLECTED`` in this order: NaN guard, observation statistics, reward
-scaling, lr and clip schedules, GAE; then ``num_epochs`` x ``frames_per_batch // batch_size``
+clipping and scaling, lr and clip schedules, GAE; then ``num_epochs`` x ``frames_per_batch // batch_size``
 minibatch steps (``MinibatchSampler``), gradient clipping, optional KL early stop.
 """
 
@@ -35,7 +35,7 @@ from handlers.advantage import GAEAdvantage
 from handlers.kl_stop import KLEarlyStop
 from handlers.minibatch import MinibatchSampler
 from handlers.nan_guard import NaNGuard
-from handlers.normalization import ObservationNormalizer, RewardNormalizer
+from handlers.normalization import ObservationNormalizer, RewardClipper, RewardNormalizer
 from handlers.optim import GradClipper
 from handlers.schedule import FrameSchedule
 from handlers.validation import ValidationRollout
@@ -105,6 +105,9 @@ class PPOConfig:
     """Running mean/std observation normalization inside the policy."""
     normalize_rewards: bool = False
     """Scale rewards by the running std of the discounted return."""
+    clip_rewards: bool = False
+    """Give the loss the sign of each reward (-1, 0, +1; Mnih et al. 2015, for Atari scores);
+    reported returns stay the env's own."""
     nonfinite: str = "stop"
     """What a NaN or Inf in a loss or a gradient does: 'stop' (the reference: raise NonFiniteError
     naming the loss entry or parameter, the optim step and the frames, before the optimizer step,
@@ -149,7 +152,8 @@ class PPOConfig:
         check.finite("max_grad_norm", "log_std_init")
         check.widths("hidden")
         check.names("info_keys", "wrappers")
-        check.bools("normalize_advantage", "ortho_init", "normalize_observations", "normalize_rewards", "compile")
+        check.bools("normalize_advantage", "ortho_init", "normalize_observations", "normalize_rewards", "clip_rewards",
+                    "compile")
         if self.batch_size > self.frames_per_batch:
             raise ValueError(
                 f"PPOConfig: batch_size ({self.batch_size}) exceeds the frames per batch "
@@ -219,6 +223,8 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     NaNGuard(parameters=None if clipper_checks else policy, nonfinite=cfg.nonfinite).attach(trainer)
     if policy.obs_normalizer is not None:
         ObservationNormalizer(policy.obs_normalizer).attach(trainer)
+    if cfg.clip_rewards:
+        RewardClipper().attach(trainer)
     reward_normalizer = RewardNormalizer(gamma=cfg.gamma) if cfg.normalize_rewards else None
     if reward_normalizer is not None:
         reward_normalizer.attach(trainer)

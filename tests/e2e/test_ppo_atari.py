@@ -1,0 +1,130 @@
+"""ppo-atari: CleanRL's ppo_atari defaults, the Atari preprocessing, FIRE at each life's start,
+rewards clipped for the loss while reported returns stay the game score, uint8 frames.
+
+Seed 0 throughout.
+"""
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from engine_rl.cli import main
+from engine_rl.collectors.atari import ATARI_WRAPPERS, FireOnLifeStart
+from engine_rl.events import RLEvents
+from engine_rl.recipes import get_recipe
+from engine_rl.recipes.config import apply_overrides
+from engine_rl.recipes.ppo_atari import PPOAtariConfig
+from engine_rl.recipes.ppo_cartpole import PPOConfig
+
+pytest.importorskip("ale_py")
+
+
+def test_defaults_are_cleanrls():
+    cfg = PPOAtariConfig()
+    assert (cfg.env_id, cfg.num_envs, cfg.steps_per_env, cfg.batch_size, cfg.num_epochs) == (
+        "BreakoutNoFrameskip-v4", 8, 128, 256, 4)
+    assert cfg.minibatches == 4 and cfg.total_frames == 10_000_000 and cfg.wrappers == ATARI_WRAPPERS
+    assert (cfg.lr, cfg.lr_end, cfg.adam_eps, cfg.clip_epsilon, cfg.clip_epsilon_end, cfg.value_clip) == (
+        2.5e-4, 0.0, 1e-5, 0.1, 0.1, 0.1)
+    assert (cfg.gamma, cfg.gae_lambda, cfg.entropy_coef, cfg.value_coef, cfg.max_grad_norm) == (0.99, 0.95, 0.01, 0.5, 0.5)
+    assert cfg.clip_rewards and cfg.hidden == () and not cfg.normalize_rewards and not cfg.normalize_observations
+
+
+class ActionLog(gym.Wrapper):
+    def __init__(self, env):
+        super().__init__(env)
+        self.actions = []
+
+    def step(self, action):
+        self.actions.append(int(action))
+        return self.env.step(action)
+
+
+def test_fire_is_pressed_after_reset_and_after_each_lost_life():
+    log = ActionLog(gym.make("BreakoutNoFrameskip-v4"))
+    env = FireOnLifeStart(log)
+    _, info = env.reset(seed=0)
+    assert log.actions == [1] and info["lives"] == 5  # FIRE launched the first ball
+    lives, fired_after_loss = 5, 0
+    for _ in range(5000):  # NOOP: the paddle never moves, each ball is lost
+        _, _, terminated, truncated, info = env.step(0)
+        if info["lives"] < lives and not terminated:
+            assert log.actions[-2:] == [0, 1]  # the losing NOOP, then FIRE
+            fired_after_loss += 1
+        lives = info["lives"]
+        if terminated or truncated:
+            break
+    assert terminated and fired_after_loss == 4  # five balls lost, the game over after the fifth
+    assert log.actions.count(1) == 5
+
+
+def test_fire_on_life_start_refuses_a_game_without_fire():
+    with pytest.raises(ValueError, match=r"FireOnLifeStart: the env must be an Atari game with a FIRE action, "
+                                         r"got CartPole-v1 with actions None"):
+        FireOnLifeStart(gym.make("CartPole-v1"))
+
+
+def test_frames_stay_uint8_and_the_loss_sees_clipped_rewards():
+    recipe = get_recipe("ppo-atari")
+    cfg = apply_overrides(recipe.config_cls(), {"num_envs": 2, "steps_per_env": 128, "batch_size": 128,
+                                                "total_frames": 256, "eval_every": 1000, "eval_episodes": 1})
+    setup = recipe.build(cfg)
+    seen = []
+    setup.trainer.add_event_handler(RLEvents.BATCH_COLLECTED, lambda e: seen.append(e.state.batch.clone()))
+    try:
+        setup.trainer.run()
+    finally:
+        setup.close()
+    batch = seen[0]
+    assert batch["observation"].dtype == torch.uint8 and batch["observation"].shape == (2, 128, 4, 84, 84)
+    assert batch["next", "observation"].dtype == torch.uint8
+    assert set(batch["next", "reward"].unique().tolist()) <= {-1.0, 0.0, 1.0}
+
+
+class Jackpot(gym.Env):
+    """Pays 5 per step for 4 steps: a clipped loss sees 1 per step, the reported return is 20."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 5.0, False, False, {}
+
+
+gym.register("engine_rl_tests/Jackpot-v0", entry_point=Jackpot, max_episode_steps=4)
+
+
+def test_clipped_rewards_leave_the_reported_returns_as_the_games(tmp_path, capsys):
+    seen = []
+    recipe = get_recipe("ppo-cartpole")
+    cfg = PPOConfig(env_id="engine_rl_tests/Jackpot-v0", num_envs=2, steps_per_env=8, batch_size=16,
+                    total_frames=32, eval_every=2, eval_episodes=2, clip_rewards=True)
+    setup = recipe.build(cfg)
+    setup.trainer.add_event_handler(RLEvents.BATCH_COLLECTED, lambda e: seen.append(
+        (e.state.batch["next", "reward"].clone(), e.state.batch["next", "episode_return"].clone())))
+    try:
+        setup.trainer.run()
+    finally:
+        setup.close()
+    reward, episode_return = seen[0]
+    assert reward.unique().tolist() == [1.0]
+    assert episode_return.max().item() == 20.0
+    assert setup.trainer.state.metrics["eval_return_mean"] == 20.0
+
+
+def test_clip_rewards_must_be_a_bool():
+    with pytest.raises(ValueError, match="PPOConfig: clip_rewards must be True or False, got 'yes'"):
+        PPOConfig(clip_rewards="yes")
+
+
+def test_an_atari_id_needs_no_module_prefix_and_a_typo_names_close_ids(capsys):
+    assert main(["train", "ppo-atari", "--set", "env_id=BreakoutNoFrameskip-v5", "--out", "/tmp/unused"]) == 2
+    err = capsys.readouterr().err
+    assert "env_id 'BreakoutNoFrameskip-v5' is not a registered gymnasium env; close matches: BreakoutNoFrameskip-v4" in err
