@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from ignite.engine import Engine
 from ignite.engine.events import RemovableEventHandle
 
@@ -122,6 +123,8 @@ class ReplaySampler:
         keys: the entries each sample keeps (``None``: all the buffer's), e.g. a loss's
             ``in_keys`` and ``"index"``. A key the buffer lacks is an error naming it. Handlers
             that read ``state.sample`` see only these (and what the loss adds).
+        device: where samples go (the loss's device) when the buffer keeps its rows elsewhere
+            (``None``: the buffer's device).
 
     Examples:
         >>> import torch
@@ -139,8 +142,12 @@ class ReplaySampler:
         (torch.Size([4]), ['index', 'observation'])
     """
 
-    def __init__(self, buffer: Any, batch_size: int, *, keys: Sequence[NestedKey] | None = None) -> None:
+    def __init__(
+        self, buffer: Any, batch_size: int, *, keys: Sequence[NestedKey] | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
         self.buffer = _check_buffer(buffer, ["sample", "__len__"], "ReplaySampler")
+        self.device = None if device is None else torch.device(device)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"ReplaySampler: argument batch_size must be a positive int, got {batch_size!r}")
         if keys is not None and (isinstance(keys, (str, tuple)) or not keys):
@@ -157,13 +164,15 @@ class ReplaySampler:
                 "and a ReplayExtender attached"
             )
         sample = self.buffer.sample(self.batch_size)
-        if self.keys is None:
-            return sample
-        try:
-            return sample.select(*self.keys)
-        except KeyError:  # explain which key is missing
-            require_keys(sample, self.keys, consumer="ReplaySampler (argument keys)")
-            raise
+        if self.keys is not None:
+            try:
+                sample = sample.select(*self.keys)
+            except KeyError:  # explain which key is missing
+                require_keys(sample, self.keys, consumer="ReplaySampler (argument keys)")
+                raise
+        if self.device is not None and sample.device != self.device:
+            sample = sample.to(self.device, non_blocking=self.device.type == "cuda")  # host to GPU only
+        return sample
 
     def __call__(self, engine: Engine) -> None:
         engine.state.sample = self.sample()

@@ -11,6 +11,7 @@ are those of an evaluation during training with that policy.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -27,17 +28,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("checkpoint", help="inference checkpoint (RUN/inference.pt, RUN/best/*.pt) or a run folder")
     e.add_argument("--episodes", type=int, default=None, help="episodes (default: the run's eval_episodes)")
     e.add_argument("--seed", type=int, default=None, help="evaluation env seed (default: the run's eval_seed)")
+    e.add_argument("--device", default="auto", metavar="DEVICE",
+                   help="where the policy runs: auto (default: CUDA when available, else the CPU), cpu, cuda or cuda:N; "
+                        "a checkpoint written on a GPU evaluates on a CPU")
 
 
-def evaluate_checkpoint(path: str | Path, *, episodes: int | None = None, seed: int | None = None) -> dict:
-    """Rebuild the policy of an inference checkpoint and evaluate it; return the metrics."""
+def evaluate_checkpoint(
+    path: str | Path, *, episodes: int | None = None, seed: int | None = None, device: str = "auto"
+) -> dict:
+    """Rebuild the policy of an inference checkpoint on ``device`` and evaluate it; return the metrics."""
     path = Path(path)
     if path.is_dir():
         path = path / "inference.pt"
     state = load_inference(path)
     try:
         recipe = get_recipe(state["recipe"])
-        config = make_config(recipe.name, {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()})
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()}
+        known = {f.name for f in dataclasses.fields(recipe.config_cls)}
+        fields.update({k: device if k == "device" else "auto" for k in ("device", "replay_device") if k in known})
+        config = make_config(recipe.name, fields)
     except ValueError as err:  # e.g. its env is not registered here
         raise ValueError(f"checkpoint {path}: its recipe and config cannot be rebuilt here: {err}") from err
     setup = recipe.build(config)
@@ -79,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             value = getattr(args, name)
             if value is not None and value < (1 if name == "episodes" else 0):
                 raise ValueError(f"--{name} must be {'>= 1' if name == 'episodes' else '>= 0'}, got {value}")
-        result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, seed=args.seed)
+        result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, seed=args.seed, device=args.device)
     except (ValueError, CheckpointError) as err:
         return fail(err, debug=getattr(args, "debug", False))
     print(json.dumps(result))

@@ -4,6 +4,8 @@
 with the config saved in ``--out/config.json``; it exits with an error if ``--frames``,
 ``--seed`` or ``--set`` would change that config. A run that fails on a bad checkpoint or an env
 error exits with status 1 and a one-line message naming the file, or the env copy and step.
+``--device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``) is the one field a resume may change: a run
+saved on a GPU machine continues on a CPU one with ``--resume --device cpu``.
 
 ``--nproc N`` trains data-parallel in N processes on this machine (``ignite.distributed``, gloo
 on CPU, nccl on GPU; see :mod:`engine_rl.distributed`); ``--frames`` then counts the frames of
@@ -46,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", default=None, help="output folder (default: runs/RECIPE-seedS)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field; repeatable (e.g. --set lr=3e-4 --set num_envs=16)")
+    t.add_argument("--device", default=None, metavar="DEVICE",
+                   help="auto (default: CUDA when available, else the CPU), cpu, cuda or cuda:N; sets the config's "
+                        "device (a resumed run may move to another device)")
     t.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1: on 2 shared cores 1 thread is the safe choice)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -86,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"total_frames={args.frames}")
     if args.seed is not None:
         overrides.append(f"seed={args.seed}")
+    if args.device is not None:
+        overrides.append(f"device={args.device}")
     if args.resume:
         seed = args.seed if args.seed is not None else make_config(args.recipe).seed
         out = args.out if args.out is not None else f"runs/{args.recipe}-seed{seed}"

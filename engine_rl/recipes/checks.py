@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 import gymnasium as gym
 
 from engine_rl.collectors.envs import env_spaces, env_spec
+from engine_rl.device import DEVICE_NAMES, is_device_name
 from engine_rl.envs import TORCH_ENVS
 from engine_rl.spaces import is_image_space
 
@@ -119,6 +120,10 @@ class FieldChecks:
         """Tuples of distinct non-empty strings (e.g. ``info_keys``)."""
         self._each(names, lambda v: isinstance(v, tuple) and all(isinstance(k, str) and k for k in v)
                    and len(set(v)) == len(v), "a tuple of distinct non-empty strings", False)
+
+    def devices(self, *names: str) -> None:
+        """Device names: 'auto', 'cpu', 'cuda' or 'cuda:N' (whether CUDA is there is checked at build time)."""
+        self._each(names, is_device_name, DEVICE_NAMES, False)
 
     def at_least(self, name: str, other: str) -> None:
         """``config.<name> >= config.<other>`` (both already checked as numbers)."""

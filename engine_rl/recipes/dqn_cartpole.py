@@ -23,6 +23,7 @@ from engine_rl.algos import DQNLoss, QValuePolicy, mlp
 from engine_rl.algos.encoders import NatureCNN
 from engine_rl.collectors import AsyncCollector, GymCollector, make_vec_env
 from engine_rl.compile import compile_loss
+from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
 from engine_rl.exploration import EpsilonGreedy
 from engine_rl.optim import adam
@@ -126,6 +127,13 @@ class DQNConfig:
     """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
     graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
     on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
+    device: str = "auto"
+    """Where the networks, the loss, the collected batches and the updates live: 'auto' (CUDA when
+    available, else the CPU), 'cpu', 'cuda' or 'cuda:N' (``--device``). A run may resume on another
+    device (``--resume --device cpu``), continuing from its checkpoint (not bitwise like a same-device resume)."""
+    replay_device: str = "auto"
+    """Where the replay rows live: 'auto' (the training device), 'cpu', 'cuda' or 'cuda:N'; samples
+    move to the training device."""
     seed: int = 0
     """Seed of torch, the collector's envs and exploration, and the replay sampler."""
 
@@ -136,6 +144,7 @@ class DQNConfig:
         check.nonnegative_ints("learning_starts", "eps_frames", "eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
         check.choice("nonfinite", ("stop", "skip"))
+        check.devices("device", "replay_device")
         check.positive("lr")
         check.nonnegative("lr_end", optional=True)
         check.fractions("gamma", "eps_start", "eps_end", "beta")
@@ -167,6 +176,13 @@ class DQNConfig:
           "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames on most seeds")
 def build_dqn(cfg: DQNConfig) -> Setup:
     torch.manual_seed(cfg.seed)
+    device, replay_device = config_devices(cfg)
+    if cfg.async_collection and "cuda" in (device.type, replay_device.type):
+        raise ValueError(
+            f"DQNConfig: async_collection steps a CPU copy of the policy in a worker process into a CPU replay; "
+            f"it runs with device and replay_device on the CPU only, got device {cfg.device!r} ({device}) and "
+            f"replay_device {cfg.replay_device!r} ({replay_device}); drop async_collection or use --device cpu"
+        )
     env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
     if not isinstance(env.single_action_space, gym.spaces.Discrete):
         env.close()
@@ -180,6 +196,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         qnet = nn.Sequential(encoder, mlp(encoder.features, num_actions, cfg.hidden))
     else:
         qnet = mlp(int(env.single_observation_space.shape[0]), num_actions, cfg.hidden)
+    qnet.to(device)
     greedy = QValuePolicy(qnet)
     explore = EpsilonGreedy(
         greedy, num_actions=num_actions, eps_start=cfg.eps_start, eps_end=cfg.eps_end,
@@ -187,7 +204,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     )
     if not cfg.async_collection:
         collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
-                                 info_keys=cfg.info_keys)
+                                 info_keys=cfg.info_keys, device=device, storing_device=replay_device)
     loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
     optimizer = adam(qnet.parameters(), lr=cfg.lr)
 
@@ -197,8 +214,10 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         if cfg.prioritized
         else UniformSampler()
     )
-    buffer_cls = SharedReplayBuffer if cfg.async_collection else ReplayBuffer
-    buffer = buffer_cls(cfg.buffer_size, sampler=sampler, seed=cfg.seed)
+    if cfg.async_collection:  # shared memory the worker process writes
+        buffer = SharedReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed)
+    else:
+        buffer = ReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed, device=replay_device)
     if cfg.async_collection:  # the worker builds its own env copies and writes the buffer itself
         env.close()
         env_fn = partial(make_vec_env, cfg.env_id, cfg.num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
@@ -224,7 +243,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         collector.attach(trainer)  # stop the worker before the final evaluation
     else:
         ReplayExtender(buffer).attach(trainer)
-    ReplaySampler(buffer, cfg.batch_size).attach(trainer)
+    ReplaySampler(buffer, cfg.batch_size, device=device).attach(trainer)
     if cfg.prioritized:
         PriorityUpdater(buffer).attach(trainer)
     if cfg.max_grad_norm > 0:

@@ -16,6 +16,7 @@ import torch
 
 from engine_rl.collectors import make_vec_env
 from engine_rl.compile import compile_loss
+from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
 from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup
@@ -84,6 +85,13 @@ class OffPolicyConfig:
     so the weights and checkpoints stay finite) or 'skip' (drop that step's gradients, so no weight
     or optimizer state changes, and count it: ``nonfinite_skipped`` in metrics.jsonl). A NaN or Inf
     in observations or rewards always stops (handlers.NaNGuard)."""
+    device: str = "auto"
+    """Where the networks, the loss, the collected batches and the updates live: 'auto' (CUDA when
+    available, else the CPU), 'cpu', 'cuda' or 'cuda:N' (``--device``). A run may resume on another
+    device (``--resume --device cpu``), continuing from its checkpoint (not bitwise like a same-device resume)."""
+    replay_device: str = "auto"
+    """Where the replay rows live: 'auto' (the training device), 'cpu', 'cuda' or 'cuda:N'; samples
+    move to the training device."""
     seed: int = 0
     """Seed of torch, the collector's envs, the exploration and the replay sampler."""
 
@@ -97,6 +105,7 @@ class OffPolicyConfig:
         check.nonnegative_ints("learning_starts", "eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
         check.choice("nonfinite", ("stop", "skip"))
+        check.devices("device", "replay_device")
         check.positive("lr")
         check.fractions("gamma")
         check.fractions("tau", zero=False)
@@ -160,9 +169,11 @@ def build_off_policy(
     filled on every batch and sampled ``batch_size`` rows per optim step; the loss under the
     config's ``precision`` and ``compile``; ``steps_per_batch`` optim steps per batch once
     ``learning_starts`` frames are in; a deterministic evaluation every ``eval_every`` batches.
-    The recipe attaches its target-network updaters to the returned ``Setup.trainer``.
+    The recipe moves its loss and exploration to ``config_devices(cfg)[0]`` before building the optimizers
+    and attaches its target-network updaters to the returned ``Setup.trainer``.
     """
-    buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed)
+    device, replay_device = config_devices(cfg)
+    buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed, device=replay_device)
     dtype = compute_dtype(cfg.precision, owner=type(cfg).__name__)
     trained_loss = loss if dtype is None else AutocastLoss(loss, dtype)
     trainer = create_trainer(
@@ -174,7 +185,7 @@ def build_off_policy(
     # first: it checks the batch before replay stores it; the loss's parameters name the gradients
     NaNGuard(parameters=loss, nonfinite=cfg.nonfinite).attach(trainer)
     ReplayExtender(buffer).attach(trainer)
-    ReplaySampler(buffer, cfg.batch_size).attach(trainer)
+    ReplaySampler(buffer, cfg.batch_size, device=device).attach(trainer)
 
     eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization, wrappers=cfg.wrappers)
     ValidationRollout(eval_env, eval_policy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,

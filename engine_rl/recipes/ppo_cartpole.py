@@ -26,6 +26,7 @@ from engine_rl.algos.ppo import PPOLoss
 from engine_rl.collectors import GymCollector, TorchEnvCollector, make_vec_env
 from engine_rl.collectors.envs import env_spaces
 from engine_rl.compile import compile_loss
+from engine_rl.device import resolve_device
 from engine_rl.engine import create_trainer
 from engine_rl.envs import TorchEnv, make_torch_env
 from engine_rl.optim import adam
@@ -133,6 +134,10 @@ class PPOConfig:
     """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
     graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
     on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
+    device: str = "auto"
+    """Where the networks, the loss, the collected batches and the updates live: 'auto' (CUDA when
+    available, else the CPU), 'cpu', 'cuda' or 'cuda:N' (``--device``). A run may resume on another
+    device (``--resume --device cpu``), continuing from its checkpoint (not bitwise like a same-device resume)."""
     seed: int = 0
     """Seed of torch, the envs, the policy's sampling and the minibatch shuffling."""
 
@@ -143,6 +148,7 @@ class PPOConfig:
         check.nonnegative_ints("eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
         check.choice("env_backend", ("gymnasium", "torch"))
+        check.devices("device")
         check.choice("nonfinite", ("stop", "skip"))
         check.choice("activation", tuple(sorted(_ACTIVATIONS)))
         check.positive("lr", "adam_eps", "clip_epsilon")
@@ -174,9 +180,9 @@ class PPOConfig:
         return self.frames_per_batch // self.batch_size
 
 
-def _make_env(cfg: PPOConfig, num_envs: int) -> gym.vector.VectorEnv | TorchEnv:
+def _make_env(cfg: PPOConfig, num_envs: int, device: torch.device) -> gym.vector.VectorEnv | TorchEnv:
     if cfg.env_backend == "torch":  # actions are clamped to the bounds inside the torch envs
-        return make_torch_env(cfg.env_id, num_envs)
+        return make_torch_env(cfg.env_id, num_envs, device=device)
     env = make_vec_env(cfg.env_id, num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
     if isinstance(env.single_action_space, gym.spaces.Box):
         env = ClipAction(env)  # the policy's Gaussian samples are unbounded
@@ -186,7 +192,8 @@ def _make_env(cfg: PPOConfig, num_envs: int) -> gym.vector.VectorEnv | TorchEnv:
 @register("ppo-cartpole", PPOConfig, "PPO on CartPole-v1 (rl-zoo hyperparameters); solves it in 100k frames")
 def build_ppo(cfg: PPOConfig) -> Setup:
     torch.manual_seed(cfg.seed)
-    env = _make_env(cfg, cfg.num_envs)
+    device = resolve_device(cfg.device, owner=type(cfg).__name__)
+    env = _make_env(cfg, cfg.num_envs, device)
     observation_space, action_space = env_spaces(cfg.env_id, wrappers=cfg.wrappers)  # one copy's
     try:
         policy = make_actor_critic(
@@ -194,7 +201,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
             hidden=cfg.hidden, activation=_ACTIVATIONS[cfg.activation],
             normalize_observations=cfg.normalize_observations, log_std_init=cfg.log_std_init,
             ortho_init=cfg.ortho_init, write_value=False, seed=cfg.seed, owner=f"ppo ({cfg.env_id})",
-        )
+        ).to(device)
     except ValueError:
         env.close()
         raise
@@ -203,7 +210,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
         collector = TorchEnvCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
     else:
         collector = GymCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
-                                 info_keys=cfg.info_keys)
+                                 info_keys=cfg.info_keys, device=device, storing_device=device)
     loss = PPOLoss(
         policy, clip_epsilon=cfg.clip_epsilon, value_clip=cfg.value_clip, value_coef=cfg.value_coef,
         entropy_coef=cfg.entropy_coef, normalize_advantage=cfg.normalize_advantage,
@@ -240,7 +247,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     if cfg.target_kl is not None:
         KLEarlyStop(cfg.target_kl).attach(trainer)
 
-    eval_env = _make_env(cfg, min(cfg.eval_episodes, 16))
+    eval_env = _make_env(cfg, min(cfg.eval_episodes, 16), device)
     ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                       seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
 

@@ -42,6 +42,11 @@ def nothing_to_resume(out: Path) -> RunError:
     return RunError(f"--resume: {out} holds no run to resume (no config.json)")
 
 
+#: Config fields a resumed run may change: where it trains, not what (``--resume --device cpu``
+#: continues a GPU run on a CPU machine).
+MOVABLE = ("device", "replay_device")
+
+
 def check_same_config(out: Path, name: str, config: Any) -> None:
     path = out / "config.json"
     if not path.is_file():
@@ -52,7 +57,8 @@ def check_same_config(out: Path, name: str, config: Any) -> None:
     defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(config)
                                       if f.default is not dataclasses.MISSING}))
     diff = [k for k in sorted(set(saved) | set(now))
-            if saved.get(k) != now.get(k) and not (k not in saved and k in defaults and now.get(k) == defaults[k])]
+            if saved.get(k) != now.get(k) and not (k not in saved and k in defaults and now.get(k) == defaults[k])
+            and k not in MOVABLE]
     if diff:
         changes = ", ".join(f"{k} ({saved.get(k)!r} -> {now.get(k)!r})" for k in diff)
         raise RunError(

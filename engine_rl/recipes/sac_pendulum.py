@@ -21,6 +21,7 @@ import torch
 from engine_rl.algos.actors import RandomWarmup, TanhGaussianActor
 from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.collectors import GymCollector
+from engine_rl.device import config_devices
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import FieldChecks
@@ -63,6 +64,7 @@ class SACConfig(OffPolicyConfig):
 @register("sac-pendulum", SACConfig, "SAC on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")
 def build_sac(cfg: SACConfig) -> Setup:
     torch.manual_seed(cfg.seed)
+    device, replay_device = config_devices(cfg)
     env = make_box_env(cfg, algo="sac")
     space = env.single_action_space
     obs_dim = int(env.single_observation_space.shape[0])
@@ -74,8 +76,9 @@ def build_sac(cfg: SACConfig) -> Setup:
         target_entropy=cfg.target_entropy,
     )
     explore = RandomWarmup(actor, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
+    loss.to(device), explore.to(device)
     collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
-                             info_keys=cfg.info_keys)
+                             info_keys=cfg.info_keys, device=device, storing_device=replay_device)
     optimizers = {"actor": adam(actor.parameters(), lr=cfg.lr), "critic": adam(critic.parameters(), lr=cfg.lr)}
     if cfg.learn_alpha:
         optimizers["alpha"] = adam([loss.log_alpha], lr=cfg.lr)

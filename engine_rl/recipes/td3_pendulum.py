@@ -21,6 +21,7 @@ from engine_rl.algos.actors import RandomWarmup
 from engine_rl.algos.sac import QEnsemble
 from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
 from engine_rl.collectors import GymCollector
+from engine_rl.device import config_devices
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import FieldChecks
@@ -74,6 +75,7 @@ class TD3Config(OffPolicyConfig):
 @register("td3-pendulum", TD3Config, "TD3 on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")
 def build_td3(cfg: TD3Config) -> Setup:
     torch.manual_seed(cfg.seed)
+    device, replay_device = config_devices(cfg)
     env = make_box_env(cfg, algo="td3")
     space = env.single_action_space
     obs_dim = int(env.single_observation_space.shape[0])
@@ -84,8 +86,9 @@ def build_td3(cfg: TD3Config) -> Setup:
                    target_noise=cfg.target_noise, noise_clip=cfg.noise_clip)
     noisy = GaussianNoise(actor, std=cfg.exploration_noise, seed=cfg.seed + 1)
     explore = RandomWarmup(noisy, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
+    loss.to(device), explore.to(device)
     collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
-                             info_keys=cfg.info_keys)
+                             info_keys=cfg.info_keys, device=device, storing_device=replay_device)
     optimizers = {"actor": adam(actor.parameters(), lr=cfg.lr), "critic": adam(critic.parameters(), lr=cfg.lr)}
 
     setup = build_off_policy(cfg, collector=collector, loss=loss, optimizers=optimizers, eval_policy=actor,
