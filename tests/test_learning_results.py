@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -34,3 +35,21 @@ def test_fresh_row_at_the_runs_own_eval_seed_reproduces_its_evaluations(tmp_path
 def test_fresh_row_without_best_checkpoints_names_the_seeds() -> None:
     with pytest.raises(SystemExit, match=r"the runs of seeds \[3\] have none"):
         fresh_row("x", [2, 3], [{"best_checkpoint": "b.pt"}, {"best_checkpoint": None}], fresh_seed=1, threads=1)
+
+
+def test_merge_joins_the_seeds_of_earlier_runs_into_one_row(tmp_path, capsys) -> None:
+    from benchmarks.learning_results import merge, table_row
+
+    def saved(name, seeds, finals):
+        record = {"recipe": "ppo-atari", "overrides": [], "frames": 153600, "seeds": seeds,
+                  "eval_return_mean_per_seed": finals, "mean": 0.0, "std": 0.0, "wall_time_s": [100.0] * len(seeds)}
+        path = tmp_path / name
+        path.write_text("| table |\n" + json.dumps({"benchmark": "learning_results", "threads": 1, "runs": [record]}) + "\n")
+        return str(path)
+
+    records = merge([saved("a.log", [0], [2.0]), saved("b.log", [1, 2], [4.0, 6.0])])
+    assert len(records) == 1 and records[0]["seeds"] == [0, 1, 2]
+    assert records[0]["mean"] == 4.0 and records[0]["std"] == pytest.approx((8 / 3) ** 0.5)
+    assert table_row(records[0]).startswith("| ppo-atari | 153,600 | 0, 1, 2 | 4.0 ± 1.6 | 2.0, 4.0, 6.0 | 100 s |")
+    with pytest.raises(SystemExit, match=r"seed 0 of ppo-atari \[\] appears twice"):
+        merge([saved("a.log", [0], [2.0]), saved("c.log", [0], [3.0])])

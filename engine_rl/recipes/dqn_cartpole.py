@@ -37,6 +37,7 @@ from handlers import (
     PriorityUpdater,
     ReplayExtender,
     ReplaySampler,
+    RewardClipper,
     TargetNetUpdater,
     ValidationRollout,
     WeightSync,
@@ -66,6 +67,9 @@ class DQNConfig:
     """Frames collected before the first gradient step."""
     buffer_size: int = 100_000
     """Replay capacity in transitions."""
+    replay_storage: str = "memory"
+    """'memory' (preallocated tensors) or 'memmap' (memory-mapped files in a temporary folder, for
+    replays of pixels larger than RAM; samples are read into the training device)."""
     batch_size: int = 64
     """Transitions per gradient step."""
     lr: float = 2.3e-3
@@ -80,6 +84,9 @@ class DQNConfig:
     replay) the MLP sits on the Nature CNN's 512 features (``engine_rl.algos.encoders``)."""
     double: bool = True
     """Double DQN targets (online net picks, target net values)."""
+    clip_rewards: bool = False
+    """Store the sign of each reward in replay (-1, 0, +1; Mnih et al. 2015, for Atari scores);
+    reported returns stay the env's own."""
     eps_start: float = 1.0
     """Initial exploration epsilon."""
     eps_end: float = 0.04
@@ -153,7 +160,8 @@ class DQNConfig:
         check.nonnegative("alpha")
         check.widths("hidden")
         check.names("info_keys", "wrappers")
-        check.bools("double", "prioritized", "async_collection", "compile")
+        check.bools("double", "prioritized", "async_collection", "compile", "clip_rewards")
+        check.choice("replay_storage", ("memory", "memmap"))
         if self.frames_per_batch % self.num_envs:
             raise ValueError(
                 f"DQNConfig: frames_per_batch ({self.frames_per_batch}) must be a multiple of num_envs ({self.num_envs})"
@@ -177,6 +185,12 @@ class DQNConfig:
 def build_dqn(cfg: DQNConfig) -> Setup:
     torch.manual_seed(cfg.seed)
     device, replay_device = config_devices(cfg)
+    if cfg.async_collection and (cfg.clip_rewards or cfg.replay_storage != "memory"):
+        raise ValueError(
+            "DQNConfig: async_collection writes the replay from its worker process, so clip_rewards and "
+            f"replay_storage 'memmap' do not apply (got clip_rewards={cfg.clip_rewards}, replay_storage="
+            f"{cfg.replay_storage!r}); drop async_collection"
+        )
     if cfg.async_collection and "cuda" in (device.type, replay_device.type):
         raise ValueError(
             f"DQNConfig: async_collection steps a CPU copy of the policy in a worker process into a CPU replay; "
@@ -217,7 +231,8 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     if cfg.async_collection:  # shared memory the worker process writes
         buffer = SharedReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed)
     else:
-        buffer = ReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed, device=replay_device)
+        buffer = ReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed, device=replay_device,
+                              storage=cfg.replay_storage)
     if cfg.async_collection:  # the worker builds its own env copies and writes the buffer itself
         env.close()
         env_fn = partial(make_vec_env, cfg.env_id, cfg.num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
@@ -242,6 +257,8 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         WeightSync(explore, collector).attach(trainer)
         collector.attach(trainer)  # stop the worker before the final evaluation
     else:
+        if cfg.clip_rewards:  # before replay stores the batch; the episode returns are already summed
+            RewardClipper().attach(trainer)
         ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size, device=device).attach(trainer)
     if cfg.prioritized:

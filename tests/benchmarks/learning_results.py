@@ -20,6 +20,9 @@ episodes, so its score there is biased upwards.
 
     python tests/benchmarks/learning_results.py --recipes dqn-cartpole --seeds 0 1 2 --fresh-seed 20000
 
+``--merge FILE ...`` trains nothing: it merges the JSON lines of earlier runs (their saved output),
+e.g. seeds 0-1 from one session and seed 2 from another, into one table.
+
 ``--jobs N`` runs N trainings at once (each with ``--threads`` torch threads: give each its own
 core). The table's last column is the published reference at the same budget, where one is known
 (``REFERENCES``).
@@ -47,6 +50,9 @@ REFERENCES = {
     ("td3-pendulum", None): "rl-zoo −152 ± 90 at 20k",
     ("ppo-mujoco", None): "CleanRL ppo_continuous_action, Hopper at 1M: about 2,000+",
     ("ppo-mujoco", "HalfCheetah-v5"): "CleanRL ppo_continuous_action, HalfCheetah at 1M: about 1,500",
+    # no published figure at the budgets these run here (about 20 minutes per seed on one core): the 1M/10M ones
+    ("sac-mujoco", None): "no published figure at 100k; rl-zoo SAC 9,535 at 1M, CleanRL 9,635 ± 1,424 (v2) at 1M",
+    ("ppo-atari", None): "no published figure at 154k; CleanRL ppo_atari 414.7 ± 28.1 at 10M; random play 1.2",
 }
 
 
@@ -112,7 +118,14 @@ def main() -> None:
                         help="config override for every run (repeatable)")
     parser.add_argument("--fresh-seed", type=int, default=None, metavar="S",
                         help="also evaluate each run's final policy and best checkpoint with eval env seed S")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="FILE",
+                        help="train nothing: merge the JSON lines of earlier runs of this script (saved output files), "
+                             "e.g. seeds run in different sessions, into one table")
     args = parser.parse_args()
+    if args.merge:
+        records = merge(args.merge)
+        print_table([table_row(r) for r in records], [], None, records, args.threads)
+        return
     if args.fresh_seed is not None and args.fresh_seed < 0:
         parser.error(f"--fresh-seed must be >= 0, got {args.fresh_seed}")
     if args.jobs < 1:
@@ -127,34 +140,69 @@ def main() -> None:
                                     args.overrides), runs)))
         for recipe in args.recipes:
             summaries = [done[recipe, s] for s in args.seeds]
-            label = f"{recipe} ({', '.join(args.overrides)})" if args.overrides else recipe
-            finals = [s["eval_return_mean"] for s in summaries]
-            walls = [s["wall_time_s"] for s in summaries]
-            mean = statistics.fmean(finals)
-            std = statistics.pstdev(finals)
-            rows.append(
-                f"| {label} | {summaries[0]['frames']:,} | {', '.join(map(str, args.seeds))} | "
-                f"{mean:.1f} ± {std:.1f} | {', '.join(f'{f:.1f}' for f in finals)} | "
-                f"{statistics.median(walls):.0f} s | {reference(recipe, args.overrides)} |"
-            )
-            record = {"recipe": recipe, "overrides": args.overrides, "frames": summaries[0]["frames"],
-                      "seeds": args.seeds,
-                      "eval_return_mean_per_seed": finals, "mean": mean, "std": std, "wall_time_s": walls}
+            record = summarize(recipe, args.overrides, args.seeds, summaries[0]["frames"],
+                               [s["eval_return_mean"] for s in summaries], [s["wall_time_s"] for s in summaries])
             if args.fresh_seed is not None:
-                row, fresh = fresh_row(label, args.seeds, summaries, args.fresh_seed, args.threads)
+                row, fresh = fresh_row(label_of(recipe, args.overrides), args.seeds, summaries, args.fresh_seed,
+                                       args.threads)
                 fresh_rows.append(row)
                 record.update(fresh)
             records.append(record)
+            rows.append(table_row(record))
+    print_table(rows, fresh_rows, args.fresh_seed, records, args.threads)
+
+
+def label_of(recipe: str, overrides: list[str]) -> str:
+    return f"{recipe} ({', '.join(overrides)})" if overrides else recipe
+
+
+def summarize(recipe: str, overrides: list[str], seeds: list[int], frames: int, finals: list[float],
+              walls: list[float]) -> dict:
+    """One recipe's record: per-seed final returns and wall times, their mean and std."""
+    return {"recipe": recipe, "overrides": overrides, "frames": frames, "seeds": seeds,
+            "eval_return_mean_per_seed": finals, "mean": statistics.fmean(finals), "std": statistics.pstdev(finals),
+            "wall_time_s": walls}
+
+
+def table_row(record: dict) -> str:
+    return (
+        f"| {label_of(record['recipe'], record['overrides'])} | {record['frames']:,} | "
+        f"{', '.join(map(str, record['seeds']))} | {record['mean']:.1f} ± {record['std']:.1f} | "
+        f"{', '.join(f'{f:.1f}' for f in record['eval_return_mean_per_seed'])} | "
+        f"{statistics.median(record['wall_time_s']):.0f} s | {reference(record['recipe'], record['overrides'])} |"
+    )
+
+
+def merge(paths: list[str]) -> list[dict]:
+    """The records of earlier runs of this script (their JSON lines, in files), one per recipe,
+    overrides and frame budget, with the seeds of all the files together."""
+    merged: dict[tuple, dict] = {}
+    for path in paths:
+        lines = [line for line in Path(path).read_text().splitlines() if line.startswith('{"benchmark": "learning_results"')]
+        if not lines:
+            raise SystemExit(f"learning_results: {path} holds no learning_results JSON line")
+        for record in json.loads(lines[-1])["runs"]:
+            key = (record["recipe"], tuple(record["overrides"]), record["frames"])
+            into = merged.setdefault(key, {"seeds": [], "finals": [], "walls": []})
+            for seed, final, wall in zip(record["seeds"], record["eval_return_mean_per_seed"], record["wall_time_s"]):
+                if seed in into["seeds"]:
+                    raise SystemExit(f"learning_results: seed {seed} of {key[0]} {list(key[1])} appears twice ({path})")
+                into["seeds"].append(seed), into["finals"].append(final), into["walls"].append(wall)
+    return [summarize(recipe, list(overrides), m["seeds"], frames, m["finals"], m["walls"])
+            for (recipe, overrides, frames), m in merged.items()]
+
+
+def print_table(rows: list[str], fresh_rows: list[str], fresh_seed: int | None, records: list[dict], threads: int) -> None:
     print("| recipe | frames | seeds | final eval return (mean ± std over seeds) | per seed | median wall time | reference |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     if fresh_rows:
         print()
-        print(f"| recipe | seeds | final policy, eval seed {args.fresh_seed} (mean ± std) | per seed | "
-              f"best checkpoint, eval seed {args.fresh_seed} (mean ± std) | per seed | best chosen at frames |")
+        print(f"| recipe | seeds | final policy, eval seed {fresh_seed} (mean ± std) | per seed | "
+              f"best checkpoint, eval seed {fresh_seed} (mean ± std) | per seed | best chosen at frames |")
         print("|---|---|---|---|---|---|---|")
         print("\n".join(fresh_rows))
-    print(json.dumps({"benchmark": "learning_results", "threads": args.threads, "runs": records}))
+    print(json.dumps({"benchmark": "learning_results", "threads": threads, "runs": records}))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,20 @@ the run (``learning_rate`` and ``clip_range`` of PPO):
   gradient_steps -1, learning_rate 1e-3, net_arch [400, 300] (SB3 defaults: batch 256, tau 0.005,
   policy_delay 2, target_policy_noise 0.2, target_noise_clip 0.5).
 
+For ``tests/benchmarks/throughput_vs_sb3.py`` (CleanRL's values, as engine_rl's recipes carry them):
+
+- ``ppo-hopper``: PPO Hopper-v5 (``ppo-mujoco``): 1 env in ``VecNormalize`` (observations and
+  rewards, clipped at 10, gamma 0.99), n_steps 2048, batch_size 64, n_epochs 10, learning_rate
+  lin_3e-4, clip_range 0.2, clip_range_vf 0.2, ent_coef 0.0, gae_lambda 0.95, gamma 0.99 (SB3's
+  64x64 tanh actor and critic, orthogonal init).
+- ``ppo-atari``: PPO BreakoutNoFrameskip-v4 (``ppo-atari``): ``make_atari_env`` with 8 envs
+  (``AtariWrapper``: no-op starts, frame skip 4, 84x84 grayscale, FIRE reset, rewards clipped; a
+  lost life does not end the episode, as in the recipe), 4 stacked frames, ``CnnPolicy`` (the
+  Nature CNN), n_steps 128, batch_size 256, n_epochs 4, learning_rate lin_2.5e-4, clip_range 0.1,
+  clip_range_vf 0.1, ent_coef 0.01, gae_lambda 0.95, gamma 0.99.
+
+``--eval-episodes 0`` skips the evaluation (the throughput runs time ``model.learn`` only).
+
 Training uses ``torch.set_num_threads(threads)`` (default 1, as engine_rl's run) and
 ``device="cpu"``. Evaluation after training: 10 deterministic episodes
 (``model.predict(obs, deterministic=True)``) on a gymnasium vector env of 10 copies reset with
@@ -40,8 +54,9 @@ import json
 import time
 from typing import Any
 
-ENV_IDS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1"}
-DEFAULT_FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000, "td3": 20_000}
+ENV_IDS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1",
+           "ppo-hopper": "Hopper-v5", "ppo-atari": "BreakoutNoFrameskip-v4"}
+DEFAULT_FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000, "td3": 20_000, "ppo-hopper": 20_480, "ppo-atari": 10_240}
 EVAL_VECTORIZATION = {"CartPole-v1": "vector_entry_point", "Pendulum-v1": "sync"}
 
 
@@ -81,6 +96,25 @@ def make_model(algo: str, seed: int) -> Any:
             learning_starts=10_000, action_noise=NormalActionNoise(np.zeros(1), 0.1 * np.ones(1)),
             train_freq=(1, "episode"), gradient_steps=-1, learning_rate=1e-3,
             policy_kwargs={"net_arch": [400, 300]}, seed=seed, device="cpu", verbose=0,
+        )
+    if algo == "ppo-hopper":
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        return PPO(
+            "MlpPolicy", VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed), gamma=0.99), n_steps=2048,
+            batch_size=64, n_epochs=10, learning_rate=linear(3e-4), clip_range=0.2, clip_range_vf=0.2, ent_coef=0.0,
+            gae_lambda=0.95, gamma=0.99, seed=seed, device="cpu", verbose=0,
+        )
+    if algo == "ppo-atari":
+        import ale_py  # noqa: F401  (registers the Atari ids)
+        from stable_baselines3.common.env_util import make_atari_env
+        from stable_baselines3.common.vec_env import VecFrameStack
+
+        env = make_atari_env(env_id, n_envs=8, seed=seed, wrapper_kwargs={"terminal_on_life_loss": False})
+        return PPO(
+            "CnnPolicy", VecFrameStack(env, n_stack=4), n_steps=128, batch_size=256, n_epochs=4,
+            learning_rate=linear(2.5e-4), clip_range=0.1, clip_range_vf=0.1, ent_coef=0.01, gae_lambda=0.95,
+            gamma=0.99, seed=seed, device="cpu", verbose=0,
         )
     raise ValueError(f"sb3_side: --algo must be one of {sorted(ENV_IDS)}, got {algo!r}")
 
@@ -123,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     model.learn(total_timesteps=frames)
     learn_s, learn_cpu_s = time.perf_counter() - wall, time.process_time() - cpu
     start = time.perf_counter()
-    returns = evaluate(model, ENV_IDS[args.algo], episodes=args.eval_episodes, seed=args.eval_seed)
+    returns = evaluate(model, ENV_IDS[args.algo], episodes=args.eval_episodes, seed=args.eval_seed) \
+        if args.eval_episodes > 0 else [float("nan")]
     eval_s = time.perf_counter() - start
     mean = sum(returns) / len(returns)
     result = {

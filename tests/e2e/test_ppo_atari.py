@@ -128,3 +128,27 @@ def test_an_atari_id_needs_no_module_prefix_and_a_typo_names_close_ids(capsys):
     assert main(["train", "ppo-atari", "--set", "env_id=BreakoutNoFrameskip-v5", "--out", "/tmp/unused"]) == 2
     err = capsys.readouterr().err
     assert "env_id 'BreakoutNoFrameskip-v5' is not a registered gymnasium env; close matches: BreakoutNoFrameskip-v4" in err
+
+
+def test_dqn_atari_defaults_are_rl_zoos_and_a_short_run_stores_uint8_frames_and_clipped_rewards(tmp_path, capsys):
+    from engine_rl.recipes.dqn_atari import DQNAtariConfig
+
+    cfg = DQNAtariConfig()
+    assert (cfg.buffer_size, cfg.lr, cfg.batch_size, cfg.learning_starts, cfg.eps_end, cfg.eps_frames) == (
+        100_000, 1e-4, 32, 100_000, 0.01, 1_000_000)
+    assert cfg.frames_per_batch / cfg.optim_steps_per_batch == 4 and cfg.target_update_every * 4 == 1000
+    assert cfg.clip_rewards and not cfg.double and cfg.hidden == () and cfg.wrappers == ATARI_WRAPPERS
+    recipe = get_recipe("dqn-atari")
+    short = apply_overrides(cfg, {"total_frames": 512, "learning_starts": 256, "optim_steps_per_batch": 4,
+                                  "buffer_size": 1000, "eval_every": 1000, "eval_episodes": 1,
+                                  "replay_storage": "memmap"})
+    setup = recipe.build(short)
+    try:
+        setup.trainer.run()
+        buffer = setup.to_save["replay"]
+        rows = buffer.sample(64)
+        assert rows["observation"].dtype == torch.uint8 and rows["observation"].shape == (64, 4, 84, 84)
+        assert set(rows["next", "reward"].unique().tolist()) <= {-1.0, 0.0, 1.0}
+        assert setup.trainer.state.optim_steps == 8  # both 256-frame batches reach learning_starts
+    finally:
+        setup.close()
