@@ -58,7 +58,7 @@ def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
 
 def test_cli_errors_name_the_problem(capsys):
     assert main(["train", "dqn-pong"]) == 2
-    assert "unknown recipe 'dqn-pong'; known recipes: dqn-cartpole" in capsys.readouterr().err
+    assert "unknown recipe 'dqn-pong'; known recipes: dqn-atari, dqn-cartpole" in capsys.readouterr().err
     assert main(["train", "dqn-cartpole", "--set", "lrr=3"]) == 2
     assert "unknown key 'lrr'; valid keys:" in capsys.readouterr().err
     assert main(["train", "dqn-cartpole", "--frames", "0"]) == 2

@@ -62,7 +62,7 @@ BAD = [
      "SACConfig: precision must be one of ('float32', 'bfloat16'), got 'fp16'"),
     (["train", "td3-pendulum", "--set", "policy_delay=0"], 2, "TD3Config: policy_delay must be a positive int, got 0"),
     (["train", "td3-pendulum", "--set", "tau=0"], 2, "TD3Config: tau must be a number in (0, 1], got 0.0"),
-    (["train", "dqn-pong"], 2, "unknown recipe 'dqn-pong'; known recipes: dqn-cartpole"),
+    (["train", "dqn-pong"], 2, "unknown recipe 'dqn-pong'; known recipes: dqn-atari, dqn-cartpole"),
     ([*T, "--frames", "0"], 2, "DQNConfig: total_frames must be a positive int, got 0"),
     ([*T, "--frames", "abc"], 2, "train: argument --frames: invalid int value: 'abc'"),
     ([*T, "--seed", "-1"], 2, "DQNConfig: seed must be a non-negative int, got -1"),

@@ -47,5 +47,5 @@ def test_subclassed_configs_inherit_field_docs_and_redeclared_fields_document_an
 
 
 def test_unknown_recipe():
-    with pytest.raises(ValueError, match=r"unknown recipe 'dqn-pong'; known recipes: dqn-cartpole"):
+    with pytest.raises(ValueError, match=r"unknown recipe 'dqn-pong'; known recipes: dqn-atari, dqn-cartpole"):
         get_recipe("dqn-pong")
