@@ -1,0 +1,86 @@
+"""Each observation and action space a user brings trains a few batches through the CLI.
+
+Vector Box, uint8 image Box, Discrete and Dict observations (the last two flattened by
+``--set wrappers=FlattenObservation``); Discrete and Box actions; and the one-line refusals for
+spaces an algorithm does not take. Seed 0; each run a few batches, not a learning claim.
+"""
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from engine_rl.cli import main
+
+pytest.importorskip("ale_py")
+
+
+class DictPoint(gym.Env):
+    """Dict observations (a position and a goal, two Box entries); two discrete actions; 10 steps."""
+
+    observation_space = gym.spaces.Dict({"position": gym.spaces.Box(-5, 5, (1,), np.float32),
+                                         "goal": gym.spaces.Box(-5, 5, (1,), np.float32)})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position = 0.0
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"position": np.array([self.position], np.float32), "goal": np.array([2.0], np.float32)}
+
+    def step(self, action):
+        self.position += 1.0 if action == 1 else -1.0
+        return self._obs(), float(self.position == 2.0), self.position == 2.0, False, {}
+
+
+gym.register("engine_rl_tests/DictPoint-v0", entry_point=DictPoint, max_episode_steps=10)
+
+CASES = {
+    # observations, actions: recipe and flags
+    "vector Box, Discrete": ["dqn-cartpole", "--frames", "512", "--set", "learning_starts=256"],
+    "vector Box, Box": ["sac-pendulum", "--frames", "300", "--set", "learning_starts=200", "--set", "hidden=(32,32)",
+                        "--set", "frames_per_batch=100"],
+    "uint8 image Box, Discrete": ["ppo-atari", "--frames", "256", "--set", "num_envs=2", "--set", "batch_size=128"],
+    "Discrete, Discrete": ["ppo-cartpole", "--frames", "512", "--set", "env_id=FrozenLake-v1",
+                           "--set", "wrappers=FlattenObservation"],
+    "Dict, Discrete": ["dqn-cartpole", "--frames", "512", "--set", "learning_starts=256",
+                       "--set", "env_id=engine_rl_tests/DictPoint-v0", "--set", "wrappers=FlattenObservation"],
+    "vector Box, Box (PPO)": ["ppo-mujoco", "--frames", "2048", "--set", "env_id=Pendulum-v1"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_space_trains_a_few_batches_through_the_cli(case, tmp_path, capsys):
+    recipe, *args = CASES[case]
+    code = main(["train", recipe, *args, "--seed", "0", "--out", str(tmp_path), "--no-progress",
+                 "--set", "eval_episodes=2"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert summary["frames"] == int(args[1]) and summary["optim_steps"] > 0
+    assert np.isfinite(summary["eval_return_mean"])
+    checkpoint = torch.load(summary["checkpoint"], weights_only=True)
+    assert checkpoint["trainer"]["frames"] == int(args[1])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "dqn-cartpole", "--set", "env_id=Pendulum-v1"],
+     "DQNConfig: dqn needs a discrete action space; Pendulum-v1 has Box actions (set env_id to an env with Discrete actions)"),
+    (["train", "sac-pendulum", "--set", "env_id=CartPole-v1"],
+     "SACConfig: sac needs a continuous (Box) action space; CartPole-v1 has Discrete actions"),
+    (["train", "ppo-cartpole", "--set", "env_id=engine_rl_tests/DictPoint-v0"],
+     "PPOConfig: ppo (engine_rl_tests/DictPoint-v0): the observation space must be a 1-D Box or a uint8 image Box"),
+    (["train", "ppo-cartpole", "--set", "env_id=NoSuchEnv-v0"],
+     "PPOConfig: env_id 'NoSuchEnv-v0' is not a registered gymnasium env"),
+    (["train", "ppo-atari", "--set", "wrappers=AtariPreprocesing"],
+     "PPOAtariConfig: wrappers entry 'AtariPreprocesing' is not a single-env wrapper of gymnasium.wrappers; "
+     "close matches: AtariPreprocessing"),
+])
+def test_a_space_or_name_the_recipe_cannot_take_is_one_line(args, message, tmp_path, capsys):
+    assert main([*args, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
