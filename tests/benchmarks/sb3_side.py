@@ -35,6 +35,10 @@ For ``tests/benchmarks/throughput_vs_sb3.py`` (CleanRL's values, as engine_rl's 
   Nature CNN), n_steps 128, batch_size 256, n_epochs 4, learning_rate lin_2.5e-4, clip_range 0.1,
   clip_range_vf 0.1, ent_coef 0.01, gae_lambda 0.95, gamma 0.99.
 
+- ``sac-halfcheetah``: SAC HalfCheetah-v5 (``sac-mujoco``; rl-zoo: learning_starts 10000, SB3's
+  defaults otherwise, learning_rate 3e-4), evaluated like engine_rl's recipes (a same-budget
+  reference for ``learning_results.py``'s sac-mujoco row).
+
 ``--eval-episodes 0`` skips the evaluation (the throughput runs time ``model.learn`` only).
 
 Training uses ``torch.set_num_threads(threads)`` (default 1, as engine_rl's run) and
@@ -55,9 +59,10 @@ import time
 from typing import Any
 
 ENV_IDS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1",
-           "ppo-hopper": "Hopper-v5", "ppo-atari": "BreakoutNoFrameskip-v4"}
-DEFAULT_FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000, "td3": 20_000, "ppo-hopper": 20_480, "ppo-atari": 10_240}
-EVAL_VECTORIZATION = {"CartPole-v1": "vector_entry_point", "Pendulum-v1": "sync"}
+           "ppo-hopper": "Hopper-v5", "ppo-atari": "BreakoutNoFrameskip-v4", "sac-halfcheetah": "HalfCheetah-v5"}
+DEFAULT_FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000, "td3": 20_000, "ppo-hopper": 20_480, "ppo-atari": 10_240,
+                  "sac-halfcheetah": 100_000}
+EVAL_VECTORIZATION = {"CartPole-v1": "vector_entry_point", "Pendulum-v1": "sync", "HalfCheetah-v5": "sync"}
 
 
 def linear(start: float) -> Any:
@@ -97,6 +102,9 @@ def make_model(algo: str, seed: int) -> Any:
             train_freq=(1, "episode"), gradient_steps=-1, learning_rate=1e-3,
             policy_kwargs={"net_arch": [400, 300]}, seed=seed, device="cpu", verbose=0,
         )
+    if algo == "sac-halfcheetah":
+        return SAC("MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), learning_starts=10_000, seed=seed,
+                   device="cpu", verbose=0)
     if algo == "ppo-hopper":
         from stable_baselines3.common.vec_env import VecNormalize
 
