@@ -305,14 +305,15 @@ def make_actor_critic(
 ) -> ActorCritic:
     """Build separate actor and critic MLPs for the env's spaces and pick the distribution.
 
-    ``Discrete`` actions give a :class:`CategoricalActorCritic`, a 1-D ``Box`` a
+    ``Discrete`` actions give a :class:`CategoricalActorCritic`, a 1-D ``MultiDiscrete`` a
+    :class:`~engine_rl.algos.multi_discrete.MultiCategoricalActorCritic`, a 1-D ``Box`` a
     :class:`GaussianActorCritic`. Pass the env's *single* spaces (``env.single_action_space``).
     Image observations (a uint8 Box of 2 or 3 dimensions) go through a shared
     :class:`~engine_rl.algos.encoders.NatureCNN` trunk (512 features) under both MLPs.
 
     Args:
         observation_space: a 1-D ``Box`` or an image.
-        action_space: ``Discrete`` or 1-D ``Box``.
+        action_space: ``Discrete``, 1-D ``MultiDiscrete`` or 1-D ``Box``.
         hidden: hidden widths of both MLPs (Stable-Baselines3's default: 64, 64).
         activation: activation module class (tanh, as in SB3's PPO).
         normalize_observations: put a :class:`~engine_rl.normalization.Normalizer` in front.
@@ -342,19 +343,20 @@ def make_actor_critic(
     if kind not in ("auto", "categorical", "gaussian"):
         raise ValueError(f"{owner}: kind must be 'auto', 'categorical' or 'gaussian', got {kind!r}")
     discrete = isinstance(action_space, gym.spaces.Discrete)
+    multi = isinstance(action_space, gym.spaces.MultiDiscrete) and len(action_space.nvec.shape) == 1
     box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
     if kind == "gaussian" and not box:
         raise ValueError(f"{owner}: a Gaussian policy needs a Box action space, got {action_space}")
-    if kind == "categorical" and not discrete:
+    if kind == "categorical" and not (discrete or multi):
         raise ValueError(f"{owner}: a categorical policy needs a Discrete action space, got {action_space}")
-    if not (discrete or box):
+    if not (discrete or multi or box):
         raise ValueError(
-            f"{owner}: the action space must be Discrete (categorical policy) or a 1-D Box (Gaussian policy), "
-            f"got {action_space}"
+            f"{owner}: the action space must be Discrete or 1-D MultiDiscrete (categorical policy) or a 1-D Box "
+            f"(Gaussian policy), got {action_space}"
         )
     encoder = NatureCNN(observation_space.shape) if image else None
     obs_dim = encoder.features if encoder is not None else int(observation_space.shape[0])
-    out_dim = int(action_space.n) if discrete else int(action_space.shape[0])
+    out_dim = int(action_space.n) if discrete else int(action_space.nvec.sum()) if multi else int(action_space.shape[0])
     actor_net = mlp(obs_dim, out_dim, hidden, activation=activation)
     critic = mlp(obs_dim, 1, hidden, activation=activation)
     if ortho_init:
@@ -366,6 +368,11 @@ def make_actor_critic(
     if discrete:
         return CategoricalActorCritic(actor_net, critic, obs_normalizer=normalizer, encoder=encoder,
                                       write_value=write_value, seed=seed)
+    if multi:
+        from engine_rl.algos.multi_discrete import MultiCategoricalActorCritic, MultiDiscreteLogits  # (imports us)
+
+        return MultiCategoricalActorCritic(MultiDiscreteLogits(actor_net, action_space.nvec), critic,
+                                           obs_normalizer=normalizer, encoder=encoder, write_value=write_value, seed=seed)
     actor = GaussianActor(actor_net, action_dim=out_dim, log_std_init=log_std_init)
     return GaussianActorCritic(actor, critic, obs_normalizer=normalizer, encoder=encoder, write_value=write_value,
                                seed=seed)

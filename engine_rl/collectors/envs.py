@@ -1,6 +1,6 @@
 """Gymnasium vector environments: :func:`make_vec_env` and the spec the collectors read.
 
-Collectors support Box observations and Discrete or Box actions. ``vec_env_spec`` checks that
+Collectors support Box observations and Discrete, MultiDiscrete or Box actions. ``vec_env_spec`` checks that
 once, up front, so a wrong space fails with a message instead of deep inside a rollout.
 """
 
@@ -197,11 +197,11 @@ class VecEnvSpec:
     """How observations are stored: ``torch.uint8`` for images (a uint8 Box of 2 or 3 dimensions:
     pixels stay bytes in batches and replay; the network scales them), else ``torch.float32``."""
     action_shape: tuple[int, ...]
-    """Shape of one env copy's action: ``()`` for Discrete."""
+    """Shape of one env copy's action: ``()`` for Discrete, ``(k,)`` for MultiDiscrete and 1-D Box."""
     action_dtype: torch.dtype
-    """``torch.int64`` for Discrete actions, ``torch.float32`` for Box."""
+    """``torch.int64`` for Discrete and MultiDiscrete actions, ``torch.float32`` for Box."""
     num_actions: int | None
-    """Number of discrete actions, ``None`` for Box actions."""
+    """Number of discrete actions, ``None`` for MultiDiscrete and Box actions."""
     autoreset_mode: AutoresetMode
     """``NEXT_STEP`` (the step after a done is a reset step) or ``SAME_STEP``."""
 
@@ -240,10 +240,12 @@ def vec_env_spec(env: VectorEnv, *, owner: str = "vec_env_spec") -> VecEnvSpec:
     act_space = env.single_action_space
     if isinstance(act_space, gym.spaces.Discrete):
         action_shape, action_dtype, num_actions = (), torch.int64, int(act_space.n)
+    elif isinstance(act_space, gym.spaces.MultiDiscrete) and len(act_space.nvec.shape) == 1:
+        action_shape, action_dtype, num_actions = tuple(act_space.shape), torch.int64, None
     elif isinstance(act_space, gym.spaces.Box):
         action_shape, action_dtype, num_actions = tuple(act_space.shape), torch.float32, None
     else:
-        raise ValueError(f"{owner}: the action space must be Discrete or Box, got {act_space}")
+        raise ValueError(f"{owner}: the action space must be Discrete, 1-D MultiDiscrete or Box, got {act_space}")
     mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     mode = AutoresetMode(mode.value if isinstance(mode, AutoresetMode) else mode)
     if mode is AutoresetMode.DISABLED:

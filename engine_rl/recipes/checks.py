@@ -150,7 +150,7 @@ class FieldChecks:
 
         Args:
             algo: the algorithm named in errors (``"dqn"``).
-            actions: ``"discrete"``, ``"box"`` (a 1-D Box) or ``"discrete or box"``.
+            actions: ``"discrete"``, ``"box"`` (a 1-D Box) or ``"discrete, multidiscrete or box"``.
             vectorization: the config's vectorization mode; ``"vector_entry_point"`` needs an
                 env that registers one.
             images: the recipe also takes image observations (a uint8 Box of 2 or 3 dimensions).
@@ -179,9 +179,10 @@ class FieldChecks:
                 f"{self.owner}: {algo} needs a continuous (Box) action space; {env_id} has {kind} actions "
                 "(set env_id to an env with 1-D Box actions)"
             )
-        if actions == "discrete or box" and not (discrete or box):
+        multi = isinstance(action, gym.spaces.MultiDiscrete) and len(action.nvec.shape) == 1
+        if actions == "discrete, multidiscrete or box" and not (discrete or multi or box):
             raise ValueError(
-                f"{self.owner}: {algo} needs a Discrete or 1-D Box action space; {env_id} has {action}"
+                f"{self.owner}: {algo} needs a Discrete, 1-D MultiDiscrete or 1-D Box action space; {env_id} has {action}"
             )
         vector = isinstance(observation, gym.spaces.Box) and len(observation.shape) == 1
         if not vector and not (images and is_image_space(observation)):

@@ -49,7 +49,7 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 @dataclass(kw_only=True)
 class PPOConfig:
     env_id: str = "CartPole-v1"
-    """Gymnasium id; Discrete actions get a categorical policy, 1-D Box actions a Gaussian one."""
+    """Gymnasium id; Discrete (and MultiDiscrete) actions get a categorical policy, 1-D Box actions a Gaussian one."""
     num_envs: int = 8
     """Environment copies stepped together by the collector (rl-zoo: n_envs)."""
     env_backend: str = "gymnasium"
@@ -165,7 +165,7 @@ class PPOConfig:
                 f"PPOConfig: batch_size ({self.batch_size}) exceeds the frames per batch "
                 f"(num_envs * steps_per_env = {self.frames_per_batch})"
             )
-        check.env(algo="ppo", actions="discrete or box", vectorization=self.vectorization, images=True)
+        check.env(algo="ppo", actions="discrete, multidiscrete or box", vectorization=self.vectorization, images=True)
         if self.env_backend == "torch":
             check.torch_env()
 

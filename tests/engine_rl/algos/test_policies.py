@@ -176,8 +176,10 @@ def test_make_actor_critic_picks_the_policy_from_the_action_space():
     [
         (BOX4, gym.spaces.Discrete(2), "gaussian", r"a Gaussian policy needs a Box action space, got Discrete\(2\)"),
         (BOX4, gym.spaces.Box(-1, 1, (2,)), "categorical", r"a categorical policy needs a Discrete action space"),
-        (BOX4, gym.spaces.MultiDiscrete([2, 2]), "auto",
-         r"the action space must be Discrete \(categorical policy\) or a 1-D Box"),
+        (BOX4, gym.spaces.MultiBinary(2), "auto",
+         r"the action space must be Discrete or 1-D MultiDiscrete \(categorical policy\) or a 1-D Box \(Gaussian "
+         r"policy\), got MultiBinary\(2\)"),
+        (BOX4, gym.spaces.MultiDiscrete([[2, 2]]), "auto", r"the action space must be Discrete or 1-D MultiDiscrete"),
         (gym.spaces.Box(0, 1, (2, 2)), gym.spaces.Discrete(2), "auto", r"the observation space must be a 1-D Box"),
         (BOX4, gym.spaces.Discrete(2), "beta", r"kind must be 'auto', 'categorical' or 'gaussian', got 'beta'"),
     ],
