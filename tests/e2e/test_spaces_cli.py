@@ -84,3 +84,13 @@ def test_a_space_or_name_the_recipe_cannot_take_is_one_line(args, message, tmp_p
     assert main([*args, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_a_users_env_module_registers_its_env_on_the_command_line(tmp_path, capsys):
+    code = main(["train", "ppo-cartpole", "--set", "env_id=support.user_envs:engine_rl_tests/Corridor-v0",
+                 "--frames", "1024", "--seed", "0", "--out", str(tmp_path), "--no-progress", "--set", "eval_episodes=2"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out.strip().splitlines()[-1])["frames"] == 1024
+    assert main(["train", "ppo-cartpole", "--set", "env_id=no_such_module:Corridor-v0", "--out", str(tmp_path / "x")]) == 2
+    assert "env_id 'no_such_module:Corridor-v0': cannot import 'no_such_module' to register it" in capsys.readouterr().err
