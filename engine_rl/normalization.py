@@ -290,6 +290,8 @@ class ReturnScaler:
         n, t = reward.shape
         if self.returns is None or self.returns.shape[0] != n:
             self.returns = torch.zeros(n, dtype=torch.float64, device=reward.device)
+        elif self.returns.device != reward.device:  # loaded from a checkpoint, which is read onto the CPU
+            self.returns = self.returns.to(reward.device)
         reward_t = reward.to(torch.float64).t()
         keep_t = (~done.bool()).to(torch.float64).t()
         out = torch.empty_like(reward_t)

@@ -126,3 +126,11 @@ def test_ppo_on_torch_cartpole_stays_on_the_gpu(tmp_path, capsys):
     summary = train("ppo-cartpole", tmp_path, capsys, "--device", "cuda", "--set", "env_backend=torch",
                     "--set", "num_envs=64", "--set", "steps_per_env=16")
     assert summary["frames"] == 1024
+
+
+@cuda
+@pytest.mark.gpu
+def test_ppo_with_normalizers_resumes_on_the_gpu(tmp_path, capsys):
+    extra = ("--device", "cuda", "--set", "normalize_rewards=true", "--set", "normalize_observations=true")
+    train("ppo-cartpole", tmp_path, capsys, *extra, "--until-frames", "512")
+    assert train("ppo-cartpole", tmp_path, capsys, *extra, "--resume")["frames"] == 1024
