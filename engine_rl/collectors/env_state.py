@@ -16,9 +16,13 @@ Everything else (sub-envs, specs, render objects, dicts, deques) is skipped. The
 only tensors, numbers, strings and plain containers, so ``torch.load(..., weights_only=True)``
 reads it. :func:`set_env_state` writes the attributes back (arrays in place when they match).
 
+A MuJoCo env's physics (its ``model`` and ``data`` attributes) is recorded with
+``mujoco.mj_getState`` (``mjSTATE_INTEGRATION``: everything ``mj_step`` reads, warm start
+included) and restored with ``mj_setState``, so MuJoCo runs resume exactly.
+
 Limits: ``AsyncVectorEnv`` runs its envs in subprocesses and is not supported
-(:class:`UnsupportedEnvState`); envs whose state lives in other objects (a physics engine's
-native data, a ``random.Random``, a deque of frames) are not restored exactly.
+(:class:`UnsupportedEnvState`); envs whose state lives in other objects (the Atari emulator,
+a ``random.Random``, a deque of frames) are not restored exactly.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 import torch
 from gymnasium.spaces import Space
 
-__all__ = ["UnsupportedEnvState", "get_env_state", "set_env_state"]
+__all__ = ["UnsupportedEnvState", "get_env_state", "seed_spaces", "set_env_state"]
 
 #: Attributes never recorded: links to other layers, configuration objects, render handles.
 _SKIP = frozenset({"env", "envs", "env_fns", "spec", "metadata", "_saved_kwargs", "_cached_spec", "unwrapped"})
@@ -112,6 +116,18 @@ def _decode(value: Any, current: Any = None) -> Any:
     return value
 
 
+def _mujoco(obj: Any) -> tuple[Any, Any, Any] | None:
+    """``(mujoco, model, data)`` if ``obj`` holds a MuJoCo model and data (gymnasium's MujocoEnv), else None."""
+    model, data = vars(obj).get("model"), vars(obj).get("data")
+    if model is None or data is None or type(data).__module__.split(".")[0] != "mujoco":
+        return None
+    import mujoco
+
+    if not isinstance(model, mujoco.MjModel) or not isinstance(data, mujoco.MjData):
+        return None
+    return mujoco, model, data
+
+
 def _layer_state(obj: Any) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
     for name, value in vars(obj).items():
@@ -121,7 +137,15 @@ def _layer_state(obj: Any) -> dict[str, Any]:
             attrs[name] = _encode(value)
         except _Skip:
             continue
-    return {"class": type(obj).__qualname__, "attrs": attrs}
+    state: dict[str, Any] = {"class": type(obj).__qualname__, "attrs": attrs}
+    physics = _mujoco(obj)
+    if physics is not None:
+        mujoco, model, data = physics
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        array = np.empty(mujoco.mj_stateSize(model, spec), dtype=np.float64)
+        mujoco.mj_getState(model, data, array, spec)
+        state["mujoco"] = torch.from_numpy(array)
+    return state
 
 
 def _set_layer(obj: Any, state: dict[str, Any], where: str) -> None:
@@ -134,6 +158,15 @@ def _set_layer(obj: Any, state: dict[str, Any], where: str) -> None:
         decoded = _decode(value, current)
         if decoded is not current:
             setattr(obj, name, decoded)
+    if "mujoco" in state:
+        physics = _mujoco(obj)
+        if physics is None:
+            raise ValueError(f"set_env_state: {where} was saved with MuJoCo physics but holds no MuJoCo model and data")
+        mujoco, model, data = physics
+        array = state["mujoco"].numpy()
+        if array.shape[0] != mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_INTEGRATION):
+            raise ValueError(f"set_env_state: {where}: the saved MuJoCo state does not fit this model")
+        mujoco.mj_setState(model, data, array, mujoco.mjtState.mjSTATE_INTEGRATION)
 
 
 def _chain(env: Any) -> Iterator[Any]:
@@ -148,6 +181,22 @@ def _chain(env: Any) -> Iterator[Any]:
 def _sub_envs(vector_env: Any) -> list[Any] | None:
     envs = vars(vector_env).get("envs")
     return list(envs) if isinstance(envs, (list, tuple)) else None
+
+
+def seed_spaces(env: Any, seed: int) -> None:
+    """Seed the action and observation spaces (batched and single) of every layer of a vector env.
+
+    Gymnasium seeds a space it has not been given a seed for from OS entropy, and a wrapper
+    (``ClipAction``) holds spaces of its own in front of the env's: seeding only the outermost
+    layer leaves the inner spaces' generators, which :func:`get_env_state` records, differing
+    between two identical runs.
+    """
+    names = ("action_space", "single_action_space", "observation_space", "single_observation_space")
+    for layer in _chain(env):
+        for name in names:
+            space = vars(layer).get(name, vars(layer).get(f"_{name}"))
+            if isinstance(space, Space):
+                space.seed(seed)
 
 
 def get_env_state(env: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from tensordict import TensorDict, TensorDictBase
 
-from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, set_env_state
+from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, seed_spaces, set_env_state
 from engine_rl.collectors.envs import VecEnvSpec, vec_env_spec
 from engine_rl.collectors.errors import EnvError, failed_env_index
 from engine_rl.collectors.info import INFO_KEY, InfoKeysSeen, check_info_keys, info_scalars
@@ -159,17 +159,14 @@ class GymStepper:
 
     def reset(self, seed: int | None = None) -> None:
         """Reset every env copy (``env.reset(seed=seed)``, copy ``i`` gets ``seed + i``) and the
-        episode counters; with a seed, also seed the env's action and observation spaces (batched
-        and single; otherwise gymnasium seeds them from OS entropy, which makes saved states differ
-        between identical runs)."""
+        episode counters; with a seed, also seed the action and observation spaces of every layer
+        (:func:`~engine_rl.collectors.env_state.seed_spaces`)."""
         try:
             obs, _ = self.env.reset(seed=seed)
         except Exception as err:
             raise self._env_error(err, f"env.reset(seed={seed})") from err
         if seed is not None:
-            env = self.env
-            for space in (env.action_space, env.single_action_space, env.observation_space, env.single_observation_space):
-                space.seed(seed)
+            seed_spaces(self.env, seed)
         self._obs = obs
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0

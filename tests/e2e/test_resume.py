@@ -1,6 +1,6 @@
 """Exact resume: 2N batches straight == N batches, checkpoint, a new process, load, N more (bitwise, CPU).
 
-Seeds: dqn-cartpole seed 1, ppo-cartpole seed 2 (fixed in the arguments below).
+Seeds: dqn-cartpole seed 1, ppo-cartpole seed 2, ppo-mujoco seed 3 (fixed in the arguments below).
 """
 
 import dataclasses
@@ -27,8 +27,11 @@ ARGS = {
     "ppo-cartpole": ["--frames", "1024", "--seed", "2", "--set", "eval_every=2", "--set", "eval_episodes=2",
                      "--set", "num_epochs=4", "--set", "batch_size=64", "--set", "normalize_observations=true",
                      "--set", "normalize_rewards=true", "--checkpoint-every", "1"],
+    # MuJoCo physics (mj_getState) mid-episode, observation and reward normalization, one env
+    "ppo-mujoco": ["--frames", "4096", "--seed", "3", "--set", "eval_every=1", "--set", "eval_episodes=1",
+                   "--set", "num_epochs=2", "--checkpoint-every", "1"],
 }
-HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512}
+HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048}
 
 
 
@@ -42,10 +45,10 @@ def train_cli(recipe, out, *extra, capsys=None):
     return None
 
 
-@pytest.mark.parametrize("recipe", ["dqn-cartpole", "ppo-cartpole"])
+@pytest.mark.parametrize("recipe", ["dqn-cartpole", "ppo-cartpole", "ppo-mujoco"])
 def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(recipe, tmp_path, capsys):
-    if recipe not in RECIPES:
-        pytest.skip(f"recipe {recipe} is not registered yet")
+    if recipe == "ppo-mujoco":
+        pytest.importorskip("mujoco")
     args, half = ARGS[recipe], HALF[recipe]
     straight = train_cli(recipe, tmp_path / "straight", *args, capsys=capsys)
 

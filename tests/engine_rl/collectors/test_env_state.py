@@ -159,3 +159,26 @@ def test_env_error_of_a_batched_env_says_the_index_is_unknown():
     with pytest.raises(EnvError, match=r"in the vector env \(CartPoleVectorEnv; env index unknown.*at vector step 3") as info:
         next(iter(collector))
     assert info.value.env_index is None
+
+
+@pytest.mark.parametrize("env_id", ["Hopper-v5", "HalfCheetah-v5"])
+def test_mujoco_physics_is_restored_so_the_env_continues_bitwise(env_id):
+    pytest.importorskip("mujoco")
+    env = make_vec_env(env_id, 2)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = [rng.uniform(-1, 1, (2, env.single_action_space.shape[0])).astype(np.float32) for _ in range(60)]
+    for action in actions[:20]:
+        env.step(action)
+    state = get_env_state(env)
+    assert all("mujoco" in copy[-1] for copy in state["envs"])  # the innermost layer: the MujocoEnv
+    expected = [env.step(action)[0] for action in actions[20:]]
+    fresh = make_vec_env(env_id, 2)
+    set_env_state(fresh, state)
+    assert all(np.array_equal(a, b) for a, b in zip(expected, [fresh.step(action)[0] for action in actions[20:]]))
+    # without the physics (as before it was saved) the continuation differs
+    for copy in state["envs"]:
+        copy[-1].pop("mujoco")
+    other = make_vec_env(env_id, 2)
+    set_env_state(other, state)
+    assert not np.array_equal(expected[0], other.step(actions[20])[0])
