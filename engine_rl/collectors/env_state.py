@@ -16,17 +16,20 @@ Everything else (sub-envs, specs, render objects, dicts, deques) is skipped. The
 only tensors, numbers, strings and plain containers, so ``torch.load(..., weights_only=True)``
 reads it. :func:`set_env_state` writes the attributes back (arrays in place when they match).
 
-A MuJoCo env's physics (its ``model`` and ``data`` attributes) is recorded with
-``mujoco.mj_getState`` (``mjSTATE_INTEGRATION``: everything ``mj_step`` reads, warm start
-included) and restored with ``mj_setState``, so MuJoCo runs resume exactly.
+Native simulators are recorded through their own APIs: a MuJoCo env's physics (its ``model``
+and ``data`` attributes) with ``mujoco.mj_getState`` (``mjSTATE_INTEGRATION``: everything
+``mj_step`` reads, warm start included) and ``mj_setState``; an Atari env's emulator (its ``ale``)
+with ``cloneState(include_rng=True)`` serialized to bytes and ``restoreState``. Deques (the frame
+stack of ``FrameStackObservation``) are recorded as lists. So MuJoCo and Atari runs resume exactly.
 
 Limits: ``AsyncVectorEnv`` runs its envs in subprocesses and is not supported
-(:class:`UnsupportedEnvState`); envs whose state lives in other objects (the Atari emulator,
-a ``random.Random``, a deque of frames) are not restored exactly.
+(:class:`UnsupportedEnvState`); envs whose state lives in other objects (another native
+simulator, a ``random.Random``) are not restored exactly.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,6 +73,8 @@ def _encode(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         items = [_encode(v) for v in value]
         return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, deque):
+        return {"__deque__": [_encode(v) for v in value], "maxlen": value.maxlen}
     raise _Skip
 
 
@@ -98,6 +103,13 @@ def _decode(value: Any, current: Any = None) -> Any:
             return array.copy()
         if "__generator__" in value:
             return _generator(value["__generator__"], current)
+        if "__deque__" in value:
+            items = [_decode(v) for v in value["__deque__"]]
+            if isinstance(current, deque) and current.maxlen == value["maxlen"]:
+                current.clear()
+                current.extend(items)
+                return current
+            return deque(items, maxlen=value["maxlen"])
         if "__space__" in value:
             if isinstance(current, Space):
                 state = value["__space__"]
@@ -145,7 +157,15 @@ def _layer_state(obj: Any) -> dict[str, Any]:
         array = np.empty(mujoco.mj_stateSize(model, spec), dtype=np.float64)
         mujoco.mj_getState(model, data, array, spec)
         state["mujoco"] = torch.from_numpy(array)
+    if _is_ale(vars(obj).get("ale")):
+        emulator = obj.ale.cloneState(include_rng=True).serialize()
+        state["ale"] = torch.frombuffer(bytearray(emulator), dtype=torch.uint8)
     return state
+
+
+def _is_ale(value: Any) -> bool:
+    """Whether ``value`` is an Arcade Learning Environment interface (an Atari env's ``ale``)."""
+    return type(value).__module__.split(".")[0] == "ale_py" and type(value).__name__ == "ALEInterface"
 
 
 def _set_layer(obj: Any, state: dict[str, Any], where: str) -> None:
@@ -167,6 +187,12 @@ def _set_layer(obj: Any, state: dict[str, Any], where: str) -> None:
         if array.shape[0] != mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_INTEGRATION):
             raise ValueError(f"set_env_state: {where}: the saved MuJoCo state does not fit this model")
         mujoco.mj_setState(model, data, array, mujoco.mjtState.mjSTATE_INTEGRATION)
+    if "ale" in state:
+        if not _is_ale(vars(obj).get("ale")):
+            raise ValueError(f"set_env_state: {where} was saved with an Atari emulator state but holds no emulator")
+        import ale_py
+
+        obj.ale.restoreState(ale_py.ALEState(state["ale"].numpy().tobytes()))
 
 
 def _chain(env: Any) -> Iterator[Any]:
@@ -184,7 +210,8 @@ def _sub_envs(vector_env: Any) -> list[Any] | None:
 
 
 def seed_spaces(env: Any, seed: int) -> None:
-    """Seed the action and observation spaces (batched and single) of every layer of a vector env.
+    """Seed the action and observation spaces (batched and single) of every layer of a vector env
+    and of its env copies.
 
     Gymnasium seeds a space it has not been given a seed for from OS entropy, and a wrapper
     (``ClipAction``) holds spaces of its own in front of the env's: seeding only the outermost
@@ -192,7 +219,10 @@ def seed_spaces(env: Any, seed: int) -> None:
     between two identical runs.
     """
     names = ("action_space", "single_action_space", "observation_space", "single_observation_space")
-    for layer in _chain(env):
+    layers = list(_chain(env))
+    for sub in _sub_envs(layers[-1]) or ():  # and each copy's wrappers (FrameStackObservation's space)
+        layers += _chain(sub)
+    for layer in layers:
         for name in names:
             space = vars(layer).get(name, vars(layer).get(f"_{name}"))
             if isinstance(space, Space):

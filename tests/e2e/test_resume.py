@@ -1,6 +1,6 @@
 """Exact resume: 2N batches straight == N batches, checkpoint, a new process, load, N more (bitwise, CPU).
 
-Seeds: dqn-cartpole seed 1, ppo-cartpole seed 2, ppo-mujoco seed 3 (fixed in the arguments below).
+Seeds: dqn-cartpole 1, ppo-cartpole 2, ppo-mujoco 3, ppo-atari 4 (fixed in the arguments below).
 """
 
 import dataclasses
@@ -30,8 +30,11 @@ ARGS = {
     # MuJoCo physics (mj_getState) mid-episode, observation and reward normalization, one env
     "ppo-mujoco": ["--frames", "4096", "--seed", "3", "--set", "eval_every=1", "--set", "eval_episodes=1",
                    "--set", "num_epochs=2", "--checkpoint-every", "1"],
+    # the Atari emulator (ALE cloneState) and frame stacks mid-episode, uint8 frames, clipped rewards
+    "ppo-atari": ["--frames", "1024", "--seed", "4", "--set", "num_envs=2", "--set", "batch_size=128",
+                  "--set", "eval_every=2", "--set", "eval_episodes=1", "--checkpoint-every", "1"],
 }
-HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048}
+HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512}
 
 
 
@@ -45,10 +48,9 @@ def train_cli(recipe, out, *extra, capsys=None):
     return None
 
 
-@pytest.mark.parametrize("recipe", ["dqn-cartpole", "ppo-cartpole", "ppo-mujoco"])
+@pytest.mark.parametrize("recipe", ["dqn-cartpole", "ppo-cartpole", "ppo-mujoco", "ppo-atari"])
 def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(recipe, tmp_path, capsys):
-    if recipe == "ppo-mujoco":
-        pytest.importorskip("mujoco")
+    pytest.importorskip({"ppo-mujoco": "mujoco", "ppo-atari": "ale_py"}.get(recipe, "gymnasium"))
     args, half = ARGS[recipe], HALF[recipe]
     straight = train_cli(recipe, tmp_path / "straight", *args, capsys=capsys)
 

@@ -182,3 +182,26 @@ def test_mujoco_physics_is_restored_so_the_env_continues_bitwise(env_id):
     other = make_vec_env(env_id, 2)
     set_env_state(other, state)
     assert not np.array_equal(expected[0], other.step(actions[20])[0])
+
+
+def test_the_atari_emulator_and_frame_stack_are_restored_so_the_env_continues_bitwise():
+    pytest.importorskip("ale_py")
+    from engine_rl.collectors.atari import ATARI_WRAPPERS
+
+    env = make_vec_env("BreakoutNoFrameskip-v4", 2, wrappers=ATARI_WRAPPERS)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = [rng.integers(0, 4, 2) for _ in range(400)]
+    for action in actions[:100]:
+        env.step(action)
+    buffer = io.BytesIO()
+    torch.save(get_env_state(env), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert all("ale" in copy[-1] for copy in state["envs"])
+    expected = [env.step(action) for action in actions[100:]]
+    assert sum(int(step[2].sum()) for step in expected) >= 2  # episodes end (and restart with no-op starts)
+    fresh = make_vec_env("BreakoutNoFrameskip-v4", 2, wrappers=ATARI_WRAPPERS)
+    set_env_state(fresh, state)
+    for want, step in zip(expected, (fresh.step(action) for action in actions[100:])):
+        assert np.array_equal(want[0], step[0]) and np.array_equal(want[1], step[1]) and np.array_equal(want[2], step[2])
