@@ -18,6 +18,7 @@ from engine_rl.recipes import get_recipe
 from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.ppo_atari import PPOAtariConfig
 from engine_rl.recipes.ppo_cartpole import PPOConfig
+from support.random_play import random_return
 
 pytest.importorskip("ale_py")
 
@@ -154,21 +155,11 @@ def test_dqn_atari_defaults_are_rl_zoos_and_a_short_run_stores_uint8_frames_and_
         setup.close()
 
 
-def breakout_random_return(episodes=30):
+def breakout_random_return():
     """Uniform random actions through the recipe's preprocessing (FIRE at each life's start): about 1.2."""
     from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
 
-    env = apply_wrappers(gym.make("BreakoutNoFrameskip-v4"), parse_wrappers(ATARI_WRAPPERS))
-    env.action_space.seed(0)
-    returns = []
-    for i in range(episodes):
-        env.reset(seed=i)
-        total, done = 0.0, False
-        while not done:
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            total, done = total + reward, terminated or truncated
-        returns.append(total)
-    return float(np.mean(returns))
+    return random_return(apply_wrappers(gym.make("BreakoutNoFrameskip-v4"), parse_wrappers(ATARI_WRAPPERS)), 30)
 
 
 @pytest.mark.slow
