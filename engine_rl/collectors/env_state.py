@@ -6,13 +6,13 @@ each behind wrappers (``TimeLimit._elapsed_steps``, ``OrderEnforcing._has_reset`
 its own autoreset flags. :func:`get_env_state` walks the vector env, its wrappers and (for
 ``SyncVectorEnv``) every sub-env and wrapper layer, and records each attribute it can encode:
 
-- ``None``, bools, ints, floats, strings, and lists/tuples of encodable values;
+- ``None``, bools, ints, floats, strings, and lists/tuples/deques of encodable values;
 - numpy arrays and scalars (raw bytes + dtype + shape, so they come back bit for bit);
 - ``numpy.random.Generator`` (its bit generator's state: a dict of ints and strings);
 - torch tensors (copied);
 - gymnasium spaces: only their random generator (``Space.sample`` draws).
 
-Everything else (sub-envs, specs, render objects, dicts, deques) is skipped. The result holds
+Everything else (sub-envs, specs, render objects, dicts) is skipped. The result holds
 only tensors, numbers, strings and plain containers, so ``torch.load(..., weights_only=True)``
 reads it. :func:`set_env_state` writes the attributes back (arrays in place when they match).
 
