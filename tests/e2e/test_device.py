@@ -65,6 +65,7 @@ def test_device_cuda_without_cuda_is_one_line_naming_the_field_and_the_fix(tmp_p
     ]
     assert main(["train", "dqn-cartpole", "--out", str(tmp_path / "r"), "--set", "replay_device=cuda:0"]) == 2
     assert "DQNConfig: replay_device 'cuda:0' needs a CUDA GPU" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written to --out
 
 
 def test_a_resume_may_change_the_device_but_nothing_else(tmp_path, capsys):
