@@ -51,7 +51,7 @@ REFERENCES = {
     ("ppo-mujoco", None): "CleanRL ppo_continuous_action, Hopper-v4 at 1M: 2382.9 ± 271.7",
     ("ppo-mujoco", "HalfCheetah-v5"): "CleanRL ppo_continuous_action, HalfCheetah-v4 at 1M: 1442.6 ± 46.0",
     # no published figure at the budgets these run here (about 20 minutes per seed on one core): the 1M/10M ones
-    ("sac-mujoco", None): "no published figure at 100k; rl-zoo SAC 9,535 at 1M, CleanRL 9,635 ± 1,424 (v2) at 1M",
+    ("sac-mujoco", None): "SB3 2.9.2 same values at 100k, seed 0: 3965.5 (sb3_side.py); rl-zoo 9,535 at 1M",
     ("ppo-atari", None): "no published figure at 154k; CleanRL ppo_atari 414.7 ± 28.1 at 10M; random play 1.2",
 }
 
