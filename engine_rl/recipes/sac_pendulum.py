@@ -76,7 +76,8 @@ def build_sac(cfg: SACConfig) -> Setup:
         target_entropy=cfg.target_entropy,
     )
     explore = RandomWarmup(actor, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
-    loss.to(device), explore.to(device)
+    loss.to(device)
+    explore.to(device)
     collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
                              info_keys=cfg.info_keys, device=device, storing_device=replay_device)
     optimizers = {"actor": adam(actor.parameters(), lr=cfg.lr), "critic": adam(critic.parameters(), lr=cfg.lr)}

@@ -86,7 +86,8 @@ def build_td3(cfg: TD3Config) -> Setup:
                    target_noise=cfg.target_noise, noise_clip=cfg.noise_clip)
     noisy = GaussianNoise(actor, std=cfg.exploration_noise, seed=cfg.seed + 1)
     explore = RandomWarmup(noisy, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
-    loss.to(device), explore.to(device)
+    loss.to(device)
+    explore.to(device)
     collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
                              info_keys=cfg.info_keys, device=device, storing_device=replay_device)
     optimizers = {"actor": adam(actor.parameters(), lr=cfg.lr), "critic": adam(critic.parameters(), lr=cfg.lr)}
