@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DEVICE_NAMES", "check_config_devices", "config_devices", "is_device_name", "resolve_device"]
+__all__ = ["DEVICE_NAMES", "config_devices", "is_device_name", "resolve_device"]
 
 #: What a ``device`` field accepts, for error messages.
 DEVICE_NAMES = "'auto', 'cpu', 'cuda' or 'cuda:N'"
@@ -61,8 +61,9 @@ def resolve_device(value: str, *, owner: str, field: str = "device", auto: torch
 
 
 def config_devices(config: Any) -> tuple[torch.device, torch.device]:
-    """``(device, replay_device)`` of a recipe config with both fields (``replay_device='auto'``:
-    the training device); errors as :func:`resolve_device`'s, naming the config's class.
+    """``(device, replay_device)`` of a recipe config (``replay_device='auto'``, or a config without
+    that field: the training device); errors as :func:`resolve_device`'s, naming the config's class.
+    ``engine-rl train`` calls it before writing to ``--out``, so a device this machine lacks is refused first.
 
     Examples:
         >>> from types import SimpleNamespace
@@ -71,14 +72,6 @@ def config_devices(config: Any) -> tuple[torch.device, torch.device]:
     """
     owner = type(config).__name__
     device = resolve_device(config.device, owner=owner)
-    return device, resolve_device(config.replay_device, owner=owner, field="replay_device", auto=device)
+    replay = getattr(config, "replay_device", "auto")
+    return device, resolve_device(replay, owner=owner, field="replay_device", auto=device)
 
-
-def check_config_devices(config: Any) -> None:
-    """Resolve the ``device`` and ``replay_device`` fields ``config`` has (a ``ValueError`` as
-    :func:`resolve_device`'s), so ``engine-rl train`` refuses a device this machine lacks before it
-    writes anything to ``--out``."""
-    owner = type(config).__name__
-    device = resolve_device(config.device, owner=owner) if hasattr(config, "device") else None
-    if hasattr(config, "replay_device"):
-        resolve_device(config.replay_device, owner=owner, field="replay_device", auto=device)

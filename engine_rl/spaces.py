@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["is_image_space"]
+__all__ = ["is_image_space", "is_multi_discrete"]
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -16,3 +16,13 @@ def is_image_space(space: gym.Space) -> bool:
         (True, False)
     """
     return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
+
+
+def is_multi_discrete(space: gym.Space) -> bool:
+    """A 1-D ``MultiDiscrete``: ``k`` independent choices, choice ``i`` among ``nvec[i]`` options.
+
+    Examples:
+        >>> is_multi_discrete(gym.spaces.MultiDiscrete([3, 2])), is_multi_discrete(gym.spaces.MultiDiscrete([[3, 2]]))
+        (True, False)
+    """
+    return isinstance(space, gym.spaces.MultiDiscrete) and len(space.nvec.shape) == 1

@@ -28,7 +28,7 @@ from torch import nn
 from engine_rl.algos.encoders import NatureCNN
 from engine_rl.algos.networks import mlp
 from engine_rl.normalization import Normalizer
-from engine_rl.spaces import is_image_space
+from engine_rl.spaces import is_image_space, is_multi_discrete
 
 __all__ = [
     "ActorCritic",
@@ -343,7 +343,7 @@ def make_actor_critic(
     if kind not in ("auto", "categorical", "gaussian"):
         raise ValueError(f"{owner}: kind must be 'auto', 'categorical' or 'gaussian', got {kind!r}")
     discrete = isinstance(action_space, gym.spaces.Discrete)
-    multi = isinstance(action_space, gym.spaces.MultiDiscrete) and len(action_space.nvec.shape) == 1
+    multi = is_multi_discrete(action_space)
     box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
     if kind == "gaussian" and not box:
         raise ValueError(f"{owner}: a Gaussian policy needs a Box action space, got {action_space}")

@@ -19,7 +19,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
-from engine_rl.spaces import is_image_space
+from engine_rl.spaces import is_image_space, is_multi_discrete
 
 __all__ = ["VecEnvSpec", "env_spaces", "env_spec", "make_vec_env", "vec_env_spec"]
 
@@ -240,7 +240,7 @@ def vec_env_spec(env: VectorEnv, *, owner: str = "vec_env_spec") -> VecEnvSpec:
     act_space = env.single_action_space
     if isinstance(act_space, gym.spaces.Discrete):
         action_shape, action_dtype, num_actions = (), torch.int64, int(act_space.n)
-    elif isinstance(act_space, gym.spaces.MultiDiscrete) and len(act_space.nvec.shape) == 1:
+    elif is_multi_discrete(act_space):
         action_shape, action_dtype, num_actions = tuple(act_space.shape), torch.int64, None
     elif isinstance(act_space, gym.spaces.Box):
         action_shape, action_dtype, num_actions = tuple(act_space.shape), torch.float32, None

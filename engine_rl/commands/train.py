@@ -31,7 +31,7 @@ from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 from engine_rl.checkpoint import latest_checkpoint
 from engine_rl.collectors import EnvError
 from engine_rl.commands import fail, one_line
-from engine_rl.device import check_config_devices
+from engine_rl.device import config_devices
 from engine_rl.distributed import launched_externally, run_parallel
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.config import apply_overrides
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = make_config(args.recipe, overrides)
         out = args.out if args.out is not None else f"runs/{args.recipe}-seed{config.seed}"
-    check_config_devices(config)  # before anything is written to --out
+    config_devices(config)  # a device this machine lacks is refused before anything is written to --out
     parallel = _parallel_options(args)
     debug = getattr(args, "debug", False)
     job = {

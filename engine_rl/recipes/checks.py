@@ -37,7 +37,7 @@ import gymnasium as gym
 from engine_rl.collectors.envs import env_spaces, env_spec
 from engine_rl.device import DEVICE_NAMES, is_device_name
 from engine_rl.envs import TORCH_ENVS
-from engine_rl.spaces import is_image_space
+from engine_rl.spaces import is_image_space, is_multi_discrete
 
 __all__ = ["FieldChecks"]
 
@@ -179,7 +179,7 @@ class FieldChecks:
                 f"{self.owner}: {algo} needs a continuous (Box) action space; {env_id} has {kind} actions "
                 "(set env_id to an env with 1-D Box actions)"
             )
-        multi = isinstance(action, gym.spaces.MultiDiscrete) and len(action.nvec.shape) == 1
+        multi = is_multi_discrete(action)
         if actions == "discrete, multidiscrete or box" and not (discrete or multi or box):
             raise ValueError(
                 f"{self.owner}: {algo} needs a Discrete, 1-D MultiDiscrete or 1-D Box action space; {env_id} has {action}"
