@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from tensordict import TensorDictBase
 
-__all__ = ["MASK_KEY", "NestedKey", "format_key", "present_keys", "require_keys"]
+__all__ = ["MASK_KEY", "NestedKey", "flatten_keys", "format_key", "nest_keys", "present_keys", "require_keys"]
 
 NestedKey = str | tuple[str, ...]
 
@@ -46,3 +47,27 @@ def require_keys(td: TensorDictBase, keys: Iterable[NestedKey], *, consumer: str
     missing = [format_key(k) for k in keys if k not in td.keys(include_nested=True)]
     if missing:
         raise KeyError(f"{consumer} needs key(s) {missing} but the TensorDict has {present_keys(td)}")
+
+
+def nest_keys(flat: Mapping[NestedKey, Any]) -> dict[str, Any]:
+    """``{("next", "reward"): x, "action": y}`` -> ``{"next": {"reward": x}, "action": y}``."""
+    root: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = (key,) if isinstance(key, str) else key
+        node = root
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return root
+
+
+def flatten_keys(nested: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[NestedKey, Any]:
+    """Inverse of :func:`nest_keys` (one-part keys come back as strings)."""
+    flat: dict[NestedKey, Any] = {}
+    for name, value in nested.items():
+        key = (*prefix, name)
+        if isinstance(value, Mapping):
+            flat.update(flatten_keys(value, key))
+        else:
+            flat[key[0] if len(key) == 1 else key] = value
+    return flat

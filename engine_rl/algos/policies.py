@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -25,10 +25,10 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from engine_rl.algos.encoders import NatureCNN
+from engine_rl.algos.encoders import DictEncoder, make_encoder
 from engine_rl.algos.networks import mlp
 from engine_rl.normalization import Normalizer
-from engine_rl.spaces import is_image_space, is_multi_discrete
+from engine_rl.spaces import is_multi_discrete
 
 __all__ = [
     "ActorCritic",
@@ -301,6 +301,7 @@ def make_actor_critic(
     write_value: bool = True,
     seed: int | None = None,
     kind: str = "auto",
+    encoders: Mapping[str | tuple[str, ...], nn.Module] | None = None,
     owner: str = "make_actor_critic",
 ) -> ActorCritic:
     """Build separate actor and critic MLPs for the env's spaces and pick the distribution.
@@ -308,11 +309,14 @@ def make_actor_critic(
     ``Discrete`` actions give a :class:`CategoricalActorCritic`, a 1-D ``MultiDiscrete`` a
     :class:`~engine_rl.algos.multi_discrete.MultiCategoricalActorCritic`, a 1-D ``Box`` a
     :class:`GaussianActorCritic`. Pass the env's *single* spaces (``env.single_action_space``).
-    Image observations (a uint8 Box of 2 or 3 dimensions) go through a shared
-    :class:`~engine_rl.algos.encoders.NatureCNN` trunk (512 features) under both MLPs.
+    Other observations go through a shared encoder under both MLPs, chosen by the space
+    (:func:`~engine_rl.algos.encoders.make_encoder`): images (a uint8 Box of 2 or 3 dimensions)
+    through the :class:`~engine_rl.algos.encoders.NatureCNN` (512 features), Discrete one-hot,
+    other Boxes flattened, a Dict one encoder per key, concatenated.
 
     Args:
-        observation_space: a 1-D ``Box`` or an image.
+        observation_space: a 1-D ``Box``, an image, any other Box, Discrete, MultiBinary,
+            MultiDiscrete, or a Dict of these.
         action_space: ``Discrete``, 1-D ``MultiDiscrete`` or 1-D ``Box``.
         hidden: hidden widths of both MLPs (Stable-Baselines3's default: 64, 64).
         activation: activation module class (tanh, as in SB3's PPO).
@@ -324,6 +328,8 @@ def make_actor_critic(
         seed: see :class:`ActorCritic`.
         kind: ``"auto"`` (from the action space), ``"categorical"`` or ``"gaussian"``; a kind
             that does not fit the action space is an error.
+        encoders: for a Dict observation, your own encoder modules for some keys (see
+            :class:`~engine_rl.algos.encoders.DictEncoder`); they are not re-initialised.
         owner: the component named in error messages (e.g. a recipe).
 
     Examples:
@@ -335,11 +341,10 @@ def make_actor_critic(
         ...
         ValueError: make_actor_critic: a Gaussian policy needs a Box action space, got Discrete(2)
     """
-    image = is_image_space(observation_space)
-    if not image and (not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1):
-        raise ValueError(f"{owner}: the observation space must be a 1-D Box or an image, got {observation_space}")
-    if image and normalize_observations:
-        raise ValueError(f"{owner}: normalize_observations is for vector observations; pixels are scaled to [0, 1]")
+    encoder = make_encoder(observation_space, encoders=encoders, owner=owner)
+    if encoder is not None and normalize_observations:
+        raise ValueError(f"{owner}: normalize_observations is for 1-D Box observations, got {observation_space} "
+                         "(pixels are scaled to [0, 1]; set normalize_observations=false)")
     if kind not in ("auto", "categorical", "gaussian"):
         raise ValueError(f"{owner}: kind must be 'auto', 'categorical' or 'gaussian', got {kind!r}")
     discrete = isinstance(action_space, gym.spaces.Discrete)
@@ -354,7 +359,6 @@ def make_actor_critic(
             f"{owner}: the action space must be Discrete or 1-D MultiDiscrete (categorical policy) or a 1-D Box "
             f"(Gaussian policy), got {action_space}"
         )
-    encoder = NatureCNN(observation_space.shape) if image else None
     obs_dim = encoder.features if encoder is not None else int(observation_space.shape[0])
     out_dim = int(action_space.n) if discrete else int(action_space.nvec.sum()) if multi else int(action_space.shape[0])
     actor_net = mlp(obs_dim, out_dim, hidden, activation=activation)
@@ -362,8 +366,8 @@ def make_actor_critic(
     if ortho_init:
         orthogonal_init_(actor_net, last_gain=0.01)
         orthogonal_init_(critic, last_gain=1.0)
-        if encoder is not None:
-            orthogonal_init_(encoder)
+        for module in (encoder.built() if isinstance(encoder, DictEncoder) else [encoder] if encoder else []):
+            orthogonal_init_(module)
     normalizer = Normalizer((obs_dim,), clip=obs_clip) if normalize_observations else None
     if discrete:
         return CategoricalActorCritic(actor_net, critic, obs_normalizer=normalizer, encoder=encoder,

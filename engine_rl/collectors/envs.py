@@ -1,6 +1,7 @@
 """Gymnasium vector environments: :func:`make_vec_env` and the spec the collectors read.
 
-Collectors support Box observations and Discrete, MultiDiscrete or Box actions. ``vec_env_spec`` checks that
+Collectors support Box, Discrete, MultiBinary, MultiDiscrete and Dict observations
+(:mod:`engine_rl.collectors.observations`) and Discrete, MultiDiscrete or Box actions. ``vec_env_spec`` checks that
 once, up front, so a wrong space fails with a message instead of deep inside a rollout.
 """
 
@@ -18,8 +19,9 @@ import torch
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from engine_rl.collectors.observations import ObservationField, observation_fields
 from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
-from engine_rl.spaces import is_image_space, is_multi_discrete
+from engine_rl.spaces import is_multi_discrete
 
 __all__ = ["VecEnvSpec", "env_spaces", "env_spec", "make_vec_env", "vec_env_spec"]
 
@@ -191,11 +193,10 @@ class VecEnvSpec:
 
     num_envs: int
     """Number of env copies."""
-    observation_shape: tuple[int, ...]
-    """Shape of one env copy's observation."""
-    observation_dtype: torch.dtype = torch.float32
-    """How observations are stored: ``torch.uint8`` for images (a uint8 Box of 2 or 3 dimensions:
-    pixels stay bytes in batches and replay; the network scales them), else ``torch.float32``."""
+    observation_fields: tuple[ObservationField, ...]
+    """The stored entries of one env copy's observation: one with path ``()`` for a non-Dict space,
+    one per leaf key for a Dict; each with its shape and stored dtype (``torch.uint8`` for images:
+    pixels stay bytes in batches and replay and the network scales them; int64 for Discrete)."""
     action_shape: tuple[int, ...]
     """Shape of one env copy's action: ``()`` for Discrete, ``(k,)`` for MultiDiscrete and 1-D Box."""
     action_dtype: torch.dtype
@@ -204,6 +205,12 @@ class VecEnvSpec:
     """Number of discrete actions, ``None`` for MultiDiscrete and Box actions."""
     autoreset_mode: AutoresetMode
     """``NEXT_STEP`` (the step after a done is a reset step) or ``SAME_STEP``."""
+
+    @property
+    def observation_shape(self) -> tuple[int, ...] | None:
+        """Shape of one env copy's observation; ``None`` for a Dict observation."""
+        (first, *rest) = self.observation_fields
+        return None if rest or first.path else first.shape
 
     @property
     def discrete(self) -> bool:
@@ -215,8 +222,9 @@ def vec_env_spec(env: VectorEnv, *, owner: str = "vec_env_spec") -> VecEnvSpec:
     """Read and check the spaces and autoreset mode of a gymnasium vector env.
 
     Args:
-        env: a ``gymnasium.vector.VectorEnv`` with a Box observation space and a Discrete or Box
-            action space, autoresetting (next-step or same-step).
+        env: a ``gymnasium.vector.VectorEnv`` with an observation space that
+            :func:`~engine_rl.collectors.observations.observation_fields` accepts and a Discrete,
+            1-D MultiDiscrete or Box action space, autoresetting (next-step or same-step).
         owner: the component named in error messages.
 
     Returns:
@@ -234,9 +242,7 @@ def vec_env_spec(env: VectorEnv, *, owner: str = "vec_env_spec") -> VecEnvSpec:
     num_envs = int(env.num_envs)
     if num_envs < 1:
         raise ValueError(f"{owner}: env must have at least one env copy, got num_envs={num_envs}")
-    obs_space = env.single_observation_space
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise ValueError(f"{owner}: the observation space must be a Box, got {obs_space}")
+    fields = observation_fields(env.single_observation_space, owner=owner)
     act_space = env.single_action_space
     if isinstance(act_space, gym.spaces.Discrete):
         action_shape, action_dtype, num_actions = (), torch.int64, int(act_space.n)
@@ -254,8 +260,7 @@ def vec_env_spec(env: VectorEnv, *, owner: str = "vec_env_spec") -> VecEnvSpec:
         )
     return VecEnvSpec(
         num_envs=num_envs,
-        observation_shape=tuple(int(d) for d in obs_space.shape),
-        observation_dtype=torch.uint8 if is_image_space(obs_space) else torch.float32,
+        observation_fields=fields,
         action_shape=action_shape,
         action_dtype=action_dtype,
         num_actions=num_actions,

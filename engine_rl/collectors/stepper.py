@@ -20,16 +20,16 @@ from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, s
 from engine_rl.collectors.envs import VecEnvSpec, vec_env_spec
 from engine_rl.collectors.errors import EnvError, failed_env_index
 from engine_rl.collectors.info import INFO_KEY, InfoKeysSeen, check_info_keys, info_scalars
+from engine_rl.collectors.observations import field_key, nest_paths, pick, stack_final
 from engine_rl.collectors.policy import Policy, policy_device
-from engine_rl.keys import NestedKey, format_key, present_keys
+from engine_rl.keys import NestedKey, flatten_keys, format_key, nest_keys, present_keys
 
 __all__ = ["GymStepper"]
 
 _NEXT = "next"
-#: Staging entries filled from the env (numpy on the hot path), with their dtypes (observations: spec's).
+#: Staging entries filled from the env (numpy on the hot path), with their dtypes; observations
+#: come first, one entry per field of the spec (``"observation"``, or one per Dict key under it).
 _ENV_KEYS: dict[NestedKey, torch.dtype] = {
-    "observation": torch.float32,
-    (_NEXT, "observation"): torch.float32,
     (_NEXT, "reward"): torch.float32,
     (_NEXT, "terminated"): torch.bool,
     (_NEXT, "truncated"): torch.bool,
@@ -43,35 +43,12 @@ _NUMPY_DTYPES = {
 }
 
 
-def _nest(flat: Mapping[NestedKey, Any]) -> dict[str, Any]:
-    """``{("next", "reward"): x, "action": y}`` -> ``{"next": {"reward": x}, "action": y}``."""
-    root: dict[str, Any] = {}
-    for key, value in flat.items():
-        parts = (key,) if isinstance(key, str) else key
-        node = root
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return root
-
-
-def _flatten(nested: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[NestedKey, Any]:
-    """Inverse of :func:`_nest` (one-part keys come back as strings)."""
-    flat: dict[NestedKey, Any] = {}
-    for name, value in nested.items():
-        key = (*prefix, name)
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, key))
-        else:
-            flat[key[0] if len(key) == 1 else key] = value
-    return flat
-
-
 class GymStepper:
     """Steps a gymnasium vector env with a TensorDict policy into time-major staging rows.
 
     Each :meth:`step` writes one row ``[num_envs, ...]`` of every entry in :attr:`buffers`
-    (``"observation"``, the policy's outputs, ``("next", ...)``) and a row of :attr:`valid`
+    (``"observation"`` or, for a Dict observation, one entry per key under it; the policy's
+    outputs; ``("next", ...)``) and a row of :attr:`valid`
     (False for next-step-autoreset reset steps, which are not transitions). Staging lives on
     the CPU as torch tensors; :attr:`arrays` holds numpy views of the same memory, which the hot
     path writes through (a numpy row write costs a fraction of a torch one). Call under
@@ -123,10 +100,15 @@ class GymStepper:
         self.device = policy_device(policy, device)
         n = self.spec.num_envs
         self.next_step_autoreset = self.spec.autoreset_mode is AutoresetMode.NEXT_STEP
-        self._policy_obs = torch.zeros((n, *self.spec.observation_shape), dtype=self.spec.observation_dtype,
-                                       device=self.device)
-        self._policy_obs_np = self._policy_obs.numpy() if self.device.type == "cpu" else None
-        self._step_td = TensorDict({"observation": self._policy_obs}, batch_size=[n])
+        # per observation field: (path, key, next key, the policy's input tensor, its numpy view on CPU)
+        self._obs_slots: list[tuple[tuple[str, ...], NestedKey, NestedKey, torch.Tensor, np.ndarray | None]] = []
+        self._step_td = TensorDict(batch_size=[n])
+        for field in self.spec.observation_fields:
+            policy_obs = torch.zeros((n, *field.shape), dtype=field.dtype, device=self.device)
+            key = field_key(("observation",), field)
+            self._step_td.set(key, policy_obs)
+            self._obs_slots.append((field.path, key, field_key((_NEXT, "observation"), field), policy_obs,
+                                    policy_obs.numpy() if self.device.type == "cpu" else None))
         #: Staging tensors ``[rows, num_envs, ...]`` by batch key (CPU).
         self.buffers: dict[NestedKey, torch.Tensor] = {}
         #: Numpy views of :attr:`buffers` (same memory).
@@ -178,15 +160,16 @@ class GymStepper:
         obs = self._obs
         if obs is None:
             raise RuntimeError(f"{self.owner}: call reset() before step()")
-        arrays = self.arrays
-        arrays["observation"][row] = obs
-        td = self._step_td
-        if td.get("observation") is not self._policy_obs:  # the policy replaced it: put it back
-            td.set("observation", self._policy_obs)
-        if self._policy_obs_np is not None:
-            self._policy_obs_np[...] = obs
-        else:
-            self._policy_obs.copy_(torch.from_numpy(arrays["observation"][row]))
+        arrays, td = self.arrays, self._step_td
+        for path, key, _, policy_obs, policy_obs_np in self._obs_slots:
+            value = pick(obs, path)
+            arrays[key][row] = value
+            if td.get(key) is not policy_obs:  # the policy replaced it: put it back
+                td.set(key, policy_obs)
+            if policy_obs_np is not None:
+                policy_obs_np[...] = value
+            else:
+                policy_obs.copy_(torch.from_numpy(arrays[key][row]))
         out = self.policy(td)
         if out is None:
             out = td
@@ -202,7 +185,8 @@ class GymStepper:
             raise self._env_error(err, "env.step") from err
         self.steps += 1
 
-        arrays[(_NEXT, "observation")][row] = next_obs
+        for path, _, next_key, _, _ in self._obs_slots:
+            arrays[next_key][row] = pick(next_obs, path)
         arrays[(_NEXT, "reward")][row] = reward
         arrays[(_NEXT, "terminated")][row] = terminated
         arrays[(_NEXT, "truncated")][row] = truncated
@@ -227,7 +211,9 @@ class GymStepper:
         if done.any():
             if not self.next_step_autoreset:  # same-step: next_obs holds the reset observation
                 idx = np.flatnonzero(done)
-                arrays[(_NEXT, "observation")][row, idx] = np.stack(info["final_obs"][idx])
+                final = info["final_obs"][idx]
+                for path, _, next_key, _, _ in self._obs_slots:
+                    arrays[next_key][row, idx] = stack_final(final, path)
             self._ep_return[done] = 0.0
             self._ep_length[done] = 0
         self._obs = next_obs
@@ -259,14 +245,15 @@ class GymStepper:
         return {
             "env": env_state,
             "env_unsupported": unsupported,
-            "obs": None if self._obs is None else torch.from_numpy(np.array(self._obs)),
+            "obs": None if self._obs is None else nest_paths(
+                {path: torch.from_numpy(np.array(pick(self._obs, path))) for path, *_ in self._obs_slots}),
             "episode_return": torch.from_numpy(self._ep_return.copy()),
             "episode_length": torch.from_numpy(self._ep_length.copy()),
             "prev_done": torch.from_numpy(self._prev_done.copy()),
             "done": torch.from_numpy(self.done.copy()),
             "steps": self.steps,
             "valid": torch.from_numpy(self.valid[:rows].copy()),
-            "rows": _nest({key: buf[:rows].clone() for key, buf in self.buffers.items()}),
+            "rows": nest_keys({key: buf[:rows].clone() for key, buf in self.buffers.items()}),
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -284,7 +271,8 @@ class GymStepper:
             )
         set_env_state(self.env, state_dict["env"])
         obs = state_dict["obs"]
-        self._obs = None if obs is None else obs.numpy().copy()
+        self._obs = None if obs is None else nest_paths(
+            {path: pick(obs, path).numpy().copy() for path, *_ in self._obs_slots})
         self._ep_return[:] = state_dict["episode_return"].numpy()
         self._ep_length[:] = state_dict["episode_length"].numpy()
         self._prev_done[:] = state_dict["prev_done"].numpy()
@@ -295,7 +283,7 @@ class GymStepper:
         self.grow(rows)
         self.valid[:rows] = valid
         self._pending_rows = {}
-        for key, value in _flatten(state_dict["rows"]).items():
+        for key, value in flatten_keys(state_dict["rows"]).items():
             if key in self.buffers:
                 self.buffers[key][:rows].copy_(value)
             elif self._policy_keys is None:
@@ -331,11 +319,12 @@ class GymStepper:
             self.valid[:kept] &= ~consumed
 
     def _alloc_env(self, rows: int) -> None:
-        n, obs_shape = self.num_envs, self.spec.observation_shape
+        n = self.num_envs
+        for field, (_, key, next_key, _, _) in zip(self.spec.observation_fields, self._obs_slots, strict=True):
+            for k in (key, next_key):  # (uint8 pixels stay uint8)
+                self.buffers[k] = torch.zeros((rows, n, *field.shape), dtype=field.dtype)
         for key, dtype in _ENV_KEYS.items():
-            is_obs = key in ("observation", (_NEXT, "observation"))  # (uint8 pixels stay uint8)
-            self.buffers[key] = torch.zeros((rows, n, *obs_shape) if is_obs else (rows, n),
-                                            dtype=self.spec.observation_dtype if is_obs else dtype)
+            self.buffers[key] = torch.zeros((rows, n), dtype=dtype)
         for key in self.info_keys:
             self.buffers[(*INFO_KEY, key)] = torch.full((rows, n), float("nan"))
         self.valid = np.zeros((rows, n), dtype=bool)
@@ -361,7 +350,7 @@ class GymStepper:
             )
         keys: list[NestedKey] = ["action"]
         for key in out.keys(include_nested=True, leaves_only=True):
-            if key in ("action", "observation") or key in _ENV_KEYS:
+            if key == "action" or key in self.buffers or (key if isinstance(key, str) else key[0]) == "observation":
                 continue
             if isinstance(out.get(key), torch.Tensor):
                 keys.append(key)

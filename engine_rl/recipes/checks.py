@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 
 import gymnasium as gym
 
+from engine_rl.algos.encoders import make_encoder
 from engine_rl.collectors.envs import env_spaces, env_spec
 from engine_rl.device import DEVICE_NAMES, is_device_name
 from engine_rl.envs import TORCH_ENVS
@@ -145,7 +146,8 @@ class FieldChecks:
                     "takes none (use env_backend 'gymnasium')"
                 )
 
-    def env(self, *, algo: str, actions: str, vectorization: str | None = None, images: bool = False) -> None:
+    def env(self, *, algo: str, actions: str, vectorization: str | None = None, encoders: bool = False,
+            normalized: bool = False) -> None:
         """``env_id`` is a registered gymnasium id whose spaces suit ``algo``.
 
         Args:
@@ -153,10 +155,12 @@ class FieldChecks:
             actions: ``"discrete"``, ``"box"`` (a 1-D Box) or ``"discrete, multidiscrete or box"``.
             vectorization: the config's vectorization mode; ``"vector_entry_point"`` needs an
                 env that registers one.
-            images: the recipe also takes image observations (a uint8 Box of 2 or 3 dimensions).
+            encoders: the recipe puts an encoder chosen by the observation space under its networks
+                (:func:`~engine_rl.algos.encoders.make_encoder`: images, Discrete, Dict, ...).
+            normalized: the recipe normalizes observations, which takes a 1-D Box only.
 
         The observation space (after the config's ``wrappers``) must be a 1-D Box (the recipes'
-        networks are MLPs), or with ``images`` an image.
+        networks are MLPs), or with ``encoders`` any space :func:`~engine_rl.algos.encoders.make_encoder` encodes.
         """
         env_id = self.config.env_id
         if not isinstance(env_id, str) or not env_id:
@@ -184,13 +188,15 @@ class FieldChecks:
             raise ValueError(
                 f"{self.owner}: {algo} needs a Discrete, 1-D MultiDiscrete or 1-D Box action space; {env_id} has {action}"
             )
-        vector = isinstance(observation, gym.spaces.Box) and len(observation.shape) == 1
-        if not vector and not (images and is_image_space(observation)):
-            accepted = "a 1-D Box or a uint8 image Box (H, W), (C, H, W) or (H, W, C)" if images else "a 1-D Box"
+        vector = isinstance(observation, gym.spaces.Box) and len(observation.shape) == 1 and not is_image_space(observation)
+        if not vector and (normalized or not encoders):
+            why = " with normalize_observations (set it false for other spaces)" if encoders else ""
             raise ValueError(
-                f"{self.owner}: {algo} ({env_id}): the observation space must be {accepted}, got {observation} "
+                f"{self.owner}: {algo} ({env_id}): the observation space must be a 1-D Box{why}, got {observation} "
                 "(--set wrappers=FlattenObservation flattens Discrete, Tuple and Dict spaces)"
             )
+        if not vector:
+            make_encoder(observation, owner=f"{self.owner}: {algo} ({env_id})")  # a ValueError naming a key it cannot encode
         if vectorization == "vector_entry_point" and wrappers:
             raise ValueError(
                 f"{self.owner}: vectorization 'vector_entry_point' batches the env copies itself, so it "

@@ -74,7 +74,7 @@ def _coerce(name: str, text: str, annotation: Any, owner: str) -> Any:
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
-            value = [part.strip() for part in text.split(",") if part.strip()]
+            value = [part.strip() for part in _top_level_parts(text) if part.strip()]
         if isinstance(value, str):
             value = (value,)
         if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
@@ -90,6 +90,17 @@ def _coerce(name: str, text: str, annotation: Any, owner: str) -> Any:
             return tuple(value)
     type_name = getattr(annotation, "__name__", str(annotation))
     raise ValueError(f"{owner}: override {name}={text!r} is not a valid {type_name}")
+
+
+def _top_level_parts(text: str) -> list[str]:
+    """``"A(k=[1, 2]),B"`` -> ``["A(k=[1, 2])", "B"]``: split at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "([{") - (char in ")]}")
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def apply_overrides(config: Any, overrides: list[str] | dict[str, Any]) -> Any:

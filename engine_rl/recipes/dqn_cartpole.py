@@ -20,7 +20,7 @@ from ignite.handlers import PiecewiseLinear
 from torch import nn
 
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
-from engine_rl.algos.encoders import NatureCNN
+from engine_rl.algos.encoders import make_encoder
 from engine_rl.collectors import AsyncCollector, GymCollector, make_vec_env
 from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
@@ -30,7 +30,6 @@ from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
-from engine_rl.spaces import is_image_space
 from handlers import (
     GradClipper,
     NaNGuard,
@@ -172,7 +171,7 @@ class DQNConfig:
             )
         check.at_least("eps_start", "eps_end")
         check.at_least("buffer_size", "batch_size")
-        check.env(algo="dqn", actions="discrete", vectorization=self.vectorization, images=True)
+        check.env(algo="dqn", actions="discrete", vectorization=self.vectorization, encoders=True)
 
     @property
     def num_batches(self) -> int:
@@ -205,8 +204,9 @@ def build_dqn(cfg: DQNConfig) -> Setup:
             "actions (use a continuous-control algorithm such as SAC)"
         )
     num_actions = int(env.single_action_space.n)
-    if is_image_space(env.single_observation_space):  # pixels: the Nature CNN, then the MLP head
-        encoder = NatureCNN(env.single_observation_space.shape)
+    # pixels: the Nature CNN, then the MLP head; a Dict: an encoder per key (engine_rl.algos.encoders)
+    encoder = make_encoder(env.single_observation_space, owner=f"dqn ({cfg.env_id})")
+    if encoder is not None:
         qnet = nn.Sequential(encoder, mlp(encoder.features, num_actions, cfg.hidden))
     else:
         qnet = mlp(int(env.single_observation_space.shape[0]), num_actions, cfg.hidden)

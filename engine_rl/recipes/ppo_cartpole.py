@@ -165,7 +165,8 @@ class PPOConfig:
                 f"PPOConfig: batch_size ({self.batch_size}) exceeds the frames per batch "
                 f"(num_envs * steps_per_env = {self.frames_per_batch})"
             )
-        check.env(algo="ppo", actions="discrete, multidiscrete or box", vectorization=self.vectorization, images=True)
+        check.env(algo="ppo", actions="discrete, multidiscrete or box", vectorization=self.vectorization, encoders=True,
+                  normalized=self.normalize_observations)
         if self.env_backend == "torch":
             check.torch_env()
 

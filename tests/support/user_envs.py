@@ -21,3 +21,52 @@ class Corridor(gym.Env):
 
 
 gym.register("engine_rl_tests/Corridor-v0", entry_point=Corridor, max_episode_steps=20)
+
+
+class DoorRoom(gym.Env):
+    """Dict observations of three kinds: ``camera`` (a ``size`` x ``size`` uint8 image lit where
+    the open door is), ``door`` (which of 3 doors is open, Discrete) and ``clock`` (steps taken, a
+    Box). Each step knocks on a door: reward 1 at the open one; then another door opens (drawn
+    from the env's generator). Episodes are truncated after 5 steps."""
+
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, size: int = 40):
+        self.size = size
+        self.observation_space = gym.spaces.Dict({
+            "camera": gym.spaces.Box(0, 255, (size, size), np.uint8),
+            "door": gym.spaces.Discrete(3),
+            "clock": gym.spaces.Box(0.0, 5.0, (1,), np.float32),
+        })
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.door = 0, int(self.np_random.integers(3))
+        return self._obs(), {}
+
+    def _obs(self):
+        camera = np.zeros((self.size, self.size), np.uint8)
+        third = self.size // 3
+        camera[:, third * self.door: third * (self.door + 1)] = 255
+        return {"camera": camera, "door": np.int64(self.door), "clock": np.array([self.t], np.float32)}
+
+    def step(self, action):
+        reward = float(action == self.door)
+        self.t, self.door = self.t + 1, int(self.np_random.integers(3))
+        return self._obs(), reward, False, self.t >= 5, {}
+
+
+class NoteRoom(DoorRoom):
+    """DoorRoom with a ``note`` (a Text space) in its observations, which no network encodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Dict({**self.observation_space.spaces, "note": gym.spaces.Text(8)})
+
+    def _obs(self):
+        return {**super()._obs(), "note": "knock"}
+
+
+gym.register("engine_rl_tests/DoorRoom-v0", entry_point=DoorRoom)
+gym.register("engine_rl_tests/TinyDoorRoom-v0", entry_point=DoorRoom, kwargs={"size": 9})
+gym.register("engine_rl_tests/NoteRoom-v0", entry_point=NoteRoom)

@@ -65,6 +65,9 @@ def test_vec_env_spec_errors():
         vec_env_spec(gym.make("CartPole-v1"), owner="demo")
     with pytest.raises(ValueError, match="the env must autoreset"):
         vec_env_spec(make_vec_env("CartPole-v1", 2, mode="sync", autoreset_mode="Disabled"))
-    env = make_vec_env("FrozenLake-v1", 2)  # Discrete observations
-    with pytest.raises(ValueError, match="the observation space must be a Box, got Discrete"):
+    spec = vec_env_spec(make_vec_env("FrozenLake-v1", 2))  # Discrete observations: int64 indices
+    assert [(f.path, f.shape, f.dtype) for f in spec.observation_fields] == [((), (), torch.int64)]
+    env = make_vec_env("Blackjack-v1", 2)  # Tuple observations
+    with pytest.raises(ValueError, match=r"^vec_env_spec: the observation space is Tuple\(Discrete\(32\), .*which "
+                       r"cannot be stored; each leaf must be a Box, Discrete, MultiBinary, 1-D MultiDiscrete, or a Dict"):
         vec_env_spec(env)
