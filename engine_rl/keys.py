@@ -61,13 +61,12 @@ def nest_keys(flat: Mapping[NestedKey, Any]) -> dict[str, Any]:
     return root
 
 
-def flatten_keys(nested: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[NestedKey, Any]:
-    """Inverse of :func:`nest_keys` (one-part keys come back as strings)."""
-    flat: dict[NestedKey, Any] = {}
+def flatten_keys(nested: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """``{"next": {"reward": x}}`` -> ``{("next", "reward"): x}`` (inverse of :func:`nest_keys`; keys are tuples)."""
+    flat: dict[tuple[str, ...], Any] = {}
     for name, value in nested.items():
-        key = (*prefix, name)
         if isinstance(value, Mapping):
-            flat.update(flatten_keys(value, key))
+            flat.update(flatten_keys(value, (*prefix, name)))
         else:
-            flat[key[0] if len(key) == 1 else key] = value
+            flat[(*prefix, name)] = value
     return flat

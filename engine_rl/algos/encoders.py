@@ -169,7 +169,7 @@ class DictEncoder(nn.Module):
         self.custom = frozenset(custom)
         self.encoders = nn.ModuleList(
             custom[f.path] if f.path in custom else _leaf_encoder(_leaf(space, f.path), f, owner) for f in fields)
-        self.widths = [_width(module, f) for module, f in zip(self.encoders, fields, strict=True)]
+        self.widths = [_width(module, f, owner) for module, f in zip(self.encoders, fields, strict=True)]
         self.features = sum(self.widths)
 
     def built(self) -> Iterator[nn.Module]:
@@ -208,7 +208,7 @@ def _leaf_encoder(space: gym.Space, field: ObservationField, owner: str) -> nn.M
     if is_image_space(space):
         if min(NatureCNN.image_size(field.shape)) < 36:
             where = f"observation key {_name(field.path)!r}" if field.path else "the observation"
-            hint = (f"pass your own (encoders={{{_name(field.path)!r}: module}}) or drop the key "
+            hint = (f"pass your own (encoders={{{field.path[0] if len(field.path) == 1 else field.path!r}: module}}) or drop the key "
                     "(wrappers=FilterObservation(filter_keys=[...]))" if field.path else
                     "resize it (wrappers=ResizeObservation(shape=(84, 84)))")
             raise ValueError(f"{owner}: no encoder for {where} ({space}): uint8 images go through the Nature CNN, "
@@ -225,13 +225,21 @@ def _leaf(space: gym.spaces.Dict, path: tuple[str, ...]) -> gym.Space:
     return space
 
 
-def _width(module: nn.Module, field: ObservationField) -> int:
+def _width(module: nn.Module, field: ObservationField, owner: str) -> int:
     width = getattr(module, "features", None)
     if width is None:
-        with torch.no_grad():
-            width = module(torch.zeros((1, *field.shape), dtype=field.dtype)).shape[-1]
+        zeros = torch.zeros((1, *field.shape), dtype=field.dtype)
+        try:
+            with torch.no_grad():
+                width = module(zeros).shape[-1]
+        except Exception as err:  # noqa: BLE001  (any failure of the user's module)
+            raise ValueError(
+                f"{owner}: the encoder for observation key {_name(field.path)!r} fails on zeros of shape "
+                f"{tuple(zeros.shape)} and dtype {field.dtype} ({type(err).__name__}: {err}); it must map "
+                "[batch, *shape] to [batch, features]"
+            ) from err
     return int(width)
 
 
 def _name(path: tuple[str, ...]) -> str:
-    return path[0] if len(path) == 1 else str(path)
+    return ".".join(path)  # as engine_rl.keys.format_key writes nested keys

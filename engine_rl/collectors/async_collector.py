@@ -72,7 +72,7 @@ from engine_rl.collectors.async_worker import _POLL_S
 from engine_rl.collectors.info import check_info_keys
 from engine_rl.collectors.shared_weights import SharedWeights
 from engine_rl.replay import SharedReplayBuffer
-from engine_rl.replay.storage import nest_keys
+from engine_rl.keys import nest_keys
 
 __all__ = ["AsyncCollector", "AsyncCollectorError"]
 

@@ -77,13 +77,14 @@ def _collect(space: gym.Space, path: tuple[str, ...], out: list[ObservationField
         dtype = torch.int64
     else:
         what = f"observation key {_name(path)!r}" if path else "the observation space"
-        hint = "; drop the key (wrappers=FilterObservation(filter_keys=[...]))" if path else ""
+        hint = ("; drop the key (wrappers=FilterObservation(filter_keys=[...]))" if path else
+                "; flatten it (wrappers=FlattenObservation: Discrete, Tuple and Dict spaces to a 1-D Box)")
         raise ValueError(f"{owner}: {what} is {space}, which cannot be stored; each leaf must be a {STORABLE}{hint}")
     out.append(ObservationField(path, tuple(int(d) for d in space.shape), dtype))
 
 
 def _name(path: tuple[str, ...]) -> str:
-    return path[0] if len(path) == 1 else str(path)
+    return ".".join(path)  # as engine_rl.keys.format_key writes nested keys
 
 
 def _where(path: tuple[str, ...]) -> str:

@@ -283,7 +283,8 @@ class GymStepper:
         self.grow(rows)
         self.valid[:rows] = valid
         self._pending_rows = {}
-        for key, value in flatten_keys(state_dict["rows"]).items():
+        for path, value in flatten_keys(state_dict["rows"]).items():
+            key = path[0] if len(path) == 1 else path
             if key in self.buffers:
                 self.buffers[key][:rows].copy_(value)
             elif self._policy_keys is None:

@@ -31,10 +31,10 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from engine_rl.keys import MASK_KEY, format_key
+from engine_rl.keys import MASK_KEY, flatten_keys, format_key, nest_keys
 from engine_rl.replay.buffer import ReplayBuffer
 from engine_rl.replay.samplers import Sampler
-from engine_rl.replay.storage import TensorStorage, batch_rows, flatten_keys, nest_keys
+from engine_rl.replay.storage import TensorStorage, batch_rows
 
 __all__ = ["SharedReplayBuffer", "SharedWriter"]
 

@@ -11,33 +11,11 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from engine_rl.keys import format_key
+from engine_rl.keys import flatten_keys, format_key, nest_keys
 
-__all__ = ["TensorStorage", "batch_rows", "flatten_keys", "nest_keys"]
+__all__ = ["TensorStorage", "batch_rows"]
 
 Key = tuple[str, ...]
-
-
-def nest_keys(flat: Mapping[Key, Any]) -> dict[str, Any]:
-    """``{("next", "reward"): x}`` -> ``{"next": {"reward": x}}``."""
-    root: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = root
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = value
-    return root
-
-
-def flatten_keys(nested: Mapping[str, Any], prefix: Key = ()) -> dict[Key, Any]:
-    """``{"next": {"reward": x}}`` -> ``{("next", "reward"): x}`` (inverse of :func:`nest_keys`)."""
-    flat: dict[Key, Any] = {}
-    for name, value in nested.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten_keys(value, (*prefix, name)))
-        else:
-            flat[(*prefix, name)] = value
-    return flat
 
 
 def batch_rows(td: TensorDictBase) -> dict[Key, torch.Tensor]:

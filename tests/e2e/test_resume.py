@@ -1,10 +1,12 @@
 """Exact resume: 2N batches straight == N batches, checkpoint, a new process, load, N more (bitwise, CPU).
 
-Seeds: dqn-cartpole 1, ppo-cartpole 2, ppo-mujoco 3, ppo-atari 4 (fixed in the arguments below).
+Seeds: dqn-cartpole 1, ppo-cartpole 2, ppo-mujoco 3, ppo-atari 4, dqn on Dict observations 5 (fixed
+in the arguments below).
 """
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 
@@ -33,8 +35,15 @@ ARGS = {
     # the Atari emulator (ALE cloneState) and frame stacks mid-episode, uint8 frames, clipped rewards
     "ppo-atari": ["--frames", "1024", "--seed", "4", "--set", "num_envs=2", "--set", "batch_size=128",
                   "--set", "eval_every=2", "--set", "eval_episodes=1", "--checkpoint-every", "1"],
+    # Dict observations (a uint8 camera, a Discrete door, a Box clock) staged and replayed per key,
+    # episodes truncated mid-batch, the env's generator mid-episode
+    "dqn-cartpole Dict": ["--frames", "1024", "--seed", "5", "--set", "env_id=support.user_envs:engine_rl_tests/DoorRoom-v0",
+                          "--set", "learning_starts=256", "--set", "optim_steps_per_batch=2", "--set", "hidden=(16,)",
+                          "--set", "buffer_size=512", "--set", "num_envs=2", "--set", "eval_every=2",
+                          "--set", "eval_episodes=2", "--checkpoint-every", "2"],
 }
-HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512}
+HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512, "dqn-cartpole Dict": 512}
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports support.user_envs
 
 
 
@@ -48,10 +57,11 @@ def train_cli(recipe, out, *extra, capsys=None):
     return None
 
 
-@pytest.mark.parametrize("recipe", ["dqn-cartpole", "ppo-cartpole", "ppo-mujoco", "ppo-atari"])
-def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(recipe, tmp_path, capsys):
+@pytest.mark.parametrize("case", sorted(ARGS))
+def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(case, tmp_path, capsys):
+    recipe = case.split()[0]
     pytest.importorskip({"ppo-mujoco": "mujoco", "ppo-atari": "ale_py"}.get(recipe, "gymnasium"))
-    args, half = ARGS[recipe], HALF[recipe]
+    args, half = ARGS[case], HALF[case]
     straight = train_cli(recipe, tmp_path / "straight", *args, capsys=capsys)
 
     paused = train_cli(recipe, tmp_path / "split", *args, "--until-frames", str(half), capsys=capsys)
@@ -61,6 +71,7 @@ def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(recipe, 
         [sys.executable, "-m", "engine_rl", "train", recipe, "--out", str(tmp_path / "split"), "--resume",
          "--no-progress", *args[args.index("--checkpoint-every"):]],
         capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))},
     )
     assert res.returncode == 0, res.stderr
     resumed = json.loads(res.stdout.strip().splitlines()[-1])
@@ -77,7 +88,9 @@ def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(recipe, 
     assert log(tmp_path / "straight" / "metrics.jsonl") == log(tmp_path / "split" / "metrics.jsonl")
     assert {k: v for k, v in straight.items() if k.startswith("eval_")} == {
         k: v for k, v in resumed.items() if k.startswith("eval_")}
-    if recipe == "dqn-cartpole":
+    if case == "dqn-cartpole Dict":
+        assert a["replay"]["storage"]["data"]["observation"]["camera"].dtype == torch.uint8
+    if case == "dqn-cartpole":
         assert a["replay"]["storage"]["size"] == 2048 and a["replay"]["sampler"]["priorities"].dtype == torch.float64
 
 

@@ -1,8 +1,9 @@
 """Each observation and action space a user brings trains a few batches through the CLI.
 
-Vector Box, uint8 image Box, Discrete and Dict observations (the last two flattened by
-``--set wrappers=FlattenObservation``); Discrete and Box actions; and the one-line refusals for
-spaces an algorithm does not take. Seed 0; each run a few batches, not a learning claim.
+Vector Box, uint8 image Box, Discrete and Dict observations (each Dict key through its own
+encoder, or all flattened by ``--set wrappers=FlattenObservation``); Discrete and Box actions; and
+the one-line refusals for spaces an algorithm does not take. Seed 0; each run a few batches, not a
+learning claim.
 """
 
 import json
@@ -38,6 +39,7 @@ class DictPoint(gym.Env):
 
 
 gym.register("engine_rl_tests/DictPoint-v0", entry_point=DictPoint, max_episode_steps=10)
+ROOMS = "support.user_envs:engine_rl_tests/"  # DoorRoom: a Dict of a camera, a door and a clock
 
 CASES = {
     # observations, actions: recipe and flags
@@ -45,10 +47,15 @@ CASES = {
     "vector Box, Box": ["sac-pendulum", "--frames", "300", "--set", "learning_starts=200", "--set", "hidden=(32,32)",
                         "--set", "frames_per_batch=100"],
     "uint8 image Box, Discrete": ["ppo-atari", "--frames", "256", "--set", "num_envs=2", "--set", "batch_size=128"],
-    "Discrete, Discrete": ["ppo-cartpole", "--frames", "512", "--set", "env_id=FrozenLake-v1",
-                           "--set", "wrappers=FlattenObservation"],
+    "Discrete, Discrete": ["ppo-cartpole", "--frames", "512", "--set", "env_id=FrozenLake-v1"],
     "Dict, Discrete": ["dqn-cartpole", "--frames", "512", "--set", "learning_starts=256",
-                       "--set", "env_id=engine_rl_tests/DictPoint-v0", "--set", "wrappers=FlattenObservation"],
+                       "--set", "env_id=engine_rl_tests/DictPoint-v0"],
+    "Dict flattened, Discrete": ["dqn-cartpole", "--frames", "512", "--set", "learning_starts=256",
+                                 "--set", "env_id=engine_rl_tests/DictPoint-v0", "--set", "wrappers=FlattenObservation"],
+    "Dict of image, Discrete and Box, Discrete (PPO)": ["ppo-cartpole", "--frames", "512", "--set", f"env_id={ROOMS}DoorRoom-v0"],
+    "Dict without a key, Discrete": ["dqn-cartpole", "--frames", "512", "--set", "learning_starts=256",
+                                     "--set", f"env_id={ROOMS}NoteRoom-v0",
+                                     "--set", "wrappers=FilterObservation(filter_keys=['door', 'clock'])"],
     "vector Box, Box (PPO)": ["ppo-mujoco", "--frames", "2048", "--set", "env_id=Pendulum-v1"],
 }
 
@@ -72,8 +79,14 @@ def test_each_space_trains_a_few_batches_through_the_cli(case, tmp_path, capsys)
      "DQNConfig: dqn needs a discrete action space; Pendulum-v1 has Box actions (set env_id to an env with Discrete actions)"),
     (["train", "sac-pendulum", "--set", "env_id=CartPole-v1"],
      "SACConfig: sac needs a continuous (Box) action space; CartPole-v1 has Discrete actions"),
-    (["train", "ppo-cartpole", "--set", "env_id=engine_rl_tests/DictPoint-v0"],
-     "PPOConfig: ppo (engine_rl_tests/DictPoint-v0): the observation space must be a 1-D Box or a uint8 image Box"),
+    (["train", "ppo-mujoco", "--set", "env_id=engine_rl_tests/DictPoint-v0"],
+     "PPOMujocoConfig: ppo (engine_rl_tests/DictPoint-v0): the observation space must be a 1-D Box with "
+     "normalize_observations (set it false for other spaces), got Dict("),
+    (["train", "ppo-cartpole", "--set", f"env_id={ROOMS}TinyDoorRoom-v0"],
+     f"PPOConfig: ppo ({ROOMS}TinyDoorRoom-v0): no encoder for observation key 'camera' (Box(0, 255, (9, 9), uint8)): "
+     "uint8 images go through the Nature CNN, which needs at least 36x36 pixels"),
+    (["train", "dqn-cartpole", "--set", f"env_id={ROOMS}NoteRoom-v0"],
+     f"DQNConfig: dqn ({ROOMS}NoteRoom-v0): observation key 'note' is Text(1, 8, charset="),
     (["train", "ppo-cartpole", "--set", "env_id=NoSuchEnv-v0"],
      "PPOConfig: env_id 'NoSuchEnv-v0' is not a registered gymnasium env"),
     (["train", "ppo-atari", "--set", "wrappers=AtariPreprocesing"],

@@ -180,7 +180,8 @@ def test_make_actor_critic_picks_the_policy_from_the_action_space():
          r"the action space must be Discrete or 1-D MultiDiscrete \(categorical policy\) or a 1-D Box \(Gaussian "
          r"policy\), got MultiBinary\(2\)"),
         (BOX4, gym.spaces.MultiDiscrete([[2, 2]]), "auto", r"the action space must be Discrete or 1-D MultiDiscrete"),
-        (gym.spaces.Box(0, 1, (2, 2)), gym.spaces.Discrete(2), "auto", r"the observation space must be a 1-D Box"),
+        (gym.spaces.Text(5), gym.spaces.Discrete(2), "auto", r"the observation space is Text\(1, 5, .*which cannot "
+         r"be stored; each leaf must be a Box, Discrete, MultiBinary, 1-D MultiDiscrete, or a Dict of these; flatten it"),
         (BOX4, gym.spaces.Discrete(2), "beta", r"kind must be 'auto', 'categorical' or 'gaussian', got 'beta'"),
     ],
 )

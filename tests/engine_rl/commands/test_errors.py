@@ -38,8 +38,9 @@ BAD = [
     (["train", "td3-pendulum", "--set", "env_id=CartPole-v1"], 2,
      "TD3Config: td3 needs a continuous (Box) action space; CartPole-v1 has Discrete actions"),
     (["train", "ppo-cartpole", "--set", "env_id=Blackjack-v1"], 2,
-     "PPOConfig: ppo (Blackjack-v1): the observation space must be a 1-D Box or a uint8 image Box (H, W), "
-     "(C, H, W) or (H, W, C), got Tuple"),
+     "PPOConfig: ppo (Blackjack-v1): the observation space is Tuple(Discrete(32), Discrete(11), Discrete(2)), "
+     "which cannot be stored; each leaf must be a Box, Discrete, MultiBinary, 1-D MultiDiscrete, or a Dict of these; "
+     "flatten it (wrappers=FlattenObservation: Discrete, Tuple and Dict spaces to a 1-D Box)"),
     ([*T, "--set", "buffer_size=100", "--set", "batch_size=256"], 2,
      "DQNConfig: buffer_size (100) must be >= batch_size (256)"),
     (["train", "sac-pendulum", "--set", "buffer_size=100", "--set", "batch_size=256"], 2,

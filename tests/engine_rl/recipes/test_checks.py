@@ -40,8 +40,8 @@ BAD = [
     (DQNConfig, {"env_id": "Cartpole-v1"}, "close matches: CartPole-v1"),
     (DQNConfig, {"env_id": "Pendulum-v1"}, "DQNConfig: dqn needs a discrete action space; Pendulum-v1 has Box actions"),
     (DQNConfig, {"env_id": "Blackjack-v1", "vectorization": "sync"},
-     r"DQNConfig: dqn \(Blackjack-v1\): the observation space must be a 1-D Box or a uint8 image Box \(H, W\), "
-     r"\(C, H, W\) or \(H, W, C\), got Tuple"),
+     r"DQNConfig: dqn \(Blackjack-v1\): the observation space is Tuple\(Discrete\(32\), Discrete\(11\), "
+     r"Discrete\(2\)\), which cannot be stored; .* flatten it \(wrappers=FlattenObservation"),
     (DQNConfig, {"env_id": "Acrobot-v1", "vectorization": "vector_entry_point"},
      "DQNConfig: vectorization 'vector_entry_point' needs an env that registers a vector entry point; "
      r"Acrobot-v1 has none \(use 'auto', 'sync' or 'async'\)"),
@@ -50,7 +50,7 @@ BAD = [
     (PPOConfig, {"entropy_coef": -0.01}, "PPOConfig: entropy_coef must be a finite number >= 0, got -0.01"),
     (PPOConfig, {"target_kl": 0.0}, "PPOConfig: target_kl must be a positive finite number or None, got 0.0"),
     (PPOConfig, {"activation": "gelu"}, r"PPOConfig: activation must be one of \('relu', 'tanh'\), got 'gelu'"),
-    (PPOConfig, {"env_id": "Blackjack-v1"}, r"PPOConfig: ppo \(Blackjack-v1\): the observation space must be a 1-D Box"),
+    (PPOConfig, {"env_id": "Blackjack-v1"}, r"PPOConfig: ppo \(Blackjack-v1\): the observation space is Tuple"),
     (SACConfig, {"env_id": "CartPole-v1"},
      r"SACConfig: sac needs a continuous \(Box\) action space; CartPole-v1 has Discrete actions"),
     (SACConfig, {"buffer_size": 100, "batch_size": 256}, r"SACConfig: buffer_size \(100\) must be >= batch_size \(256\)"),
