@@ -38,6 +38,8 @@ For ``tests/benchmarks/throughput_vs_sb3.py`` (CleanRL's values, as engine_rl's 
 - ``sac-halfcheetah``: SAC HalfCheetah-v5 (``sac-mujoco``; rl-zoo: learning_starts 10000, SB3's
   defaults otherwise, learning_rate 3e-4), evaluated like engine_rl's recipes (a same-budget
   reference for ``learning_results.py``'s sac-mujoco row).
+- ``td3-halfcheetah``: TD3 HalfCheetah-v5 (``td3-mujoco``; rl-zoo: learning_starts 10000, normal
+  action noise of std 0.1, SB3's defaults otherwise), evaluated the same way.
 
 ``--eval-episodes 0`` skips the evaluation (the throughput runs time ``model.learn`` only).
 
@@ -59,9 +61,10 @@ import time
 from typing import Any
 
 ENV_IDS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1", "td3": "Pendulum-v1",
-           "ppo-hopper": "Hopper-v5", "ppo-atari": "BreakoutNoFrameskip-v4", "sac-halfcheetah": "HalfCheetah-v5"}
+           "ppo-hopper": "Hopper-v5", "ppo-atari": "BreakoutNoFrameskip-v4", "sac-halfcheetah": "HalfCheetah-v5",
+           "td3-halfcheetah": "HalfCheetah-v5"}
 DEFAULT_FRAMES = {"dqn": 50_000, "ppo": 100_000, "sac": 20_000, "td3": 20_000, "ppo-hopper": 20_480, "ppo-atari": 10_240,
-                  "sac-halfcheetah": 100_000}
+                  "sac-halfcheetah": 100_000, "td3-halfcheetah": 100_000}
 EVAL_VECTORIZATION = {"CartPole-v1": "vector_entry_point", "Pendulum-v1": "sync", "HalfCheetah-v5": "sync"}
 
 
@@ -105,6 +108,12 @@ def make_model(algo: str, seed: int) -> Any:
     if algo == "sac-halfcheetah":
         return SAC("MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), learning_starts=10_000, seed=seed,
                    device="cpu", verbose=0)
+    if algo == "td3-halfcheetah":
+        import numpy as np
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        return TD3("MlpPolicy", make_vec_env(env_id, n_envs=1, seed=seed), learning_starts=10_000,
+                   action_noise=NormalActionNoise(np.zeros(6), 0.1 * np.ones(6)), seed=seed, device="cpu", verbose=0)
     if algo == "ppo-hopper":
         from stable_baselines3.common.vec_env import VecNormalize
 
