@@ -27,8 +27,8 @@ from engine_rl.keys import NestedKey, flatten_keys, format_key, nest_keys, prese
 __all__ = ["GymStepper"]
 
 _NEXT = "next"
-#: Staging entries filled from the env (numpy on the hot path), with their dtypes; observations
-#: come first, one entry per field of the spec (``"observation"``, or one per Dict key under it).
+#: Staging entries filled from the env (numpy on the hot path), with their dtypes; besides these,
+#: the observations: one entry per field of the spec (``"observation"``, or one per Dict key under it).
 _ENV_KEYS: dict[NestedKey, torch.dtype] = {
     (_NEXT, "reward"): torch.float32,
     (_NEXT, "terminated"): torch.bool,
