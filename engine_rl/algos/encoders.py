@@ -208,7 +208,8 @@ def _leaf_encoder(space: gym.Space, field: ObservationField, owner: str) -> nn.M
     if is_image_space(space):
         if min(NatureCNN.image_size(field.shape)) < 36:
             where = f"observation key {_name(field.path)!r}" if field.path else "the observation"
-            hint = (f"pass your own (encoders={{{field.path[0] if len(field.path) == 1 else field.path!r}: module}}) or drop the key "
+            key = field.path[0] if len(field.path) == 1 else field.path
+            hint = (f"pass your own (encoders={{{key!r}: module}}) or drop the key "
                     "(wrappers=FilterObservation(filter_keys=[...]))" if field.path else
                     "resize it (wrappers=ResizeObservation(shape=(84, 84)))")
             raise ValueError(f"{owner}: no encoder for {where} ({space}): uint8 images go through the Nature CNN, "

@@ -366,8 +366,11 @@ def make_actor_critic(
     if ortho_init:
         orthogonal_init_(actor_net, last_gain=0.01)
         orthogonal_init_(critic, last_gain=1.0)
-        for module in (encoder.built() if isinstance(encoder, DictEncoder) else [encoder] if encoder else []):
-            orthogonal_init_(module)
+        if isinstance(encoder, DictEncoder):
+            for module in encoder.built():  # not the user's own encoders
+                orthogonal_init_(module)
+        elif encoder is not None:
+            orthogonal_init_(encoder)
     normalizer = Normalizer((obs_dim,), clip=obs_clip) if normalize_observations else None
     if discrete:
         return CategoricalActorCritic(actor_net, critic, obs_normalizer=normalizer, encoder=encoder,

@@ -44,9 +44,9 @@ class GymCollector(BatchCollector):
 
     Iterating yields batches forever (``T = frames_per_batch // num_envs``), each with
     ``"observation"`` (float32; uint8 for images; int64 for Discrete; for a Dict observation a
-    nested TensorDict, one entry per key: :mod:`engine_rl.collectors.observations`), ``"action"`` (int64 for Discrete, float32 for
-    Box), whatever else the policy writes (``"log_prob"``, ``"state_value"``, ...) and ``("next", ...)``:
-    ``"observation"``, ``"reward"`` (float32), ``"done"``, ``"terminated"``, ``"truncated"``
+    nested TensorDict, one entry per key: :mod:`engine_rl.collectors.observations`), ``"action"``
+    (int64 for Discrete, float32 for Box), whatever else the policy writes (``"log_prob"``,
+    ``"state_value"``, ...) and ``("next", ...)``: ``"observation"``, ``"reward"`` (float32), ``"done"``, ``"terminated"``, ``"truncated"``
     (bool), ``"episode_return"`` (float32) and ``"episode_length"`` (int64), the running totals
     including this step (the finished episode's at ``done``). Reward and flags have shape
     ``[num_envs, T]``. Every frame is a valid transition (no mask; see the module docstring), and

@@ -188,7 +188,8 @@ class FieldChecks:
             raise ValueError(
                 f"{self.owner}: {algo} needs a Discrete, 1-D MultiDiscrete or 1-D Box action space; {env_id} has {action}"
             )
-        vector = isinstance(observation, gym.spaces.Box) and len(observation.shape) == 1 and not is_image_space(observation)
+        vector = (isinstance(observation, gym.spaces.Box) and len(observation.shape) == 1
+                  and not is_image_space(observation))
         if not vector and (normalized or not encoders):
             why = " with normalize_observations (set it false for other spaces)" if encoders else ""
             raise ValueError(
@@ -196,7 +197,8 @@ class FieldChecks:
                 "(--set wrappers=FlattenObservation flattens Discrete, Tuple and Dict spaces)"
             )
         if not vector:
-            make_encoder(observation, owner=f"{self.owner}: {algo} ({env_id})")  # a ValueError naming a key it cannot encode
+            # a ValueError naming a key it cannot encode
+            make_encoder(observation, owner=f"{self.owner}: {algo} ({env_id})")
         if vectorization == "vector_entry_point" and wrappers:
             raise ValueError(
                 f"{self.owner}: vectorization 'vector_entry_point' batches the env copies itself, so it "
