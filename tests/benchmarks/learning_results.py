@@ -52,6 +52,7 @@ REFERENCES = {
     ("ppo-mujoco", "HalfCheetah-v5"): "CleanRL ppo_continuous_action, HalfCheetah-v4 at 1M: 1442.6 ± 46.0",
     # no published figure at the budgets these run here (about 20 minutes per seed on one core): the 1M/10M ones
     ("sac-mujoco", None): "SB3 2.9.2 same values at 100k, seed 0: 3965.5 (sb3_side.py); rl-zoo 9,535 at 1M",
+    ("td3-mujoco", None): "SB3 2.9.2 same values at 100k, seed 0: 4623.7 (sb3_side.py); rl-zoo 9,656 at 1M",
     ("ppo-atari", None): "no published figure at 154k; CleanRL ppo_atari 414.7 ± 28.1 at 10M; random play 1.2",
 }
 
