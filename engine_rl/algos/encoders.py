@@ -24,6 +24,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from engine_rl.collectors.observations import ObservationField, observation_fields
+from engine_rl.keys import format_key
 from engine_rl.spaces import is_image_space
 
 __all__ = ["DictEncoder", "Flat", "NatureCNN", "OneHot", "make_encoder"]
@@ -161,10 +162,10 @@ class DictEncoder(nn.Module):
         super().__init__()
         fields = observation_fields(space, owner=owner)
         custom = {(key,) if isinstance(key, str) else tuple(key): module for key, module in (encoders or {}).items()}
-        unknown = sorted(map(_name, set(custom) - {f.path for f in fields}))
+        unknown = sorted(map(format_key, set(custom) - {f.path for f in fields}))
         if unknown:
             raise ValueError(f"{owner}: encoders given for {unknown}, which the observation does not have; "
-                             f"its keys: {[_name(f.path) for f in fields]}")
+                             f"its keys: {[format_key(f.path) for f in fields]}")
         self.paths = [f.path for f in fields]
         self.custom = frozenset(custom)
         self.encoders = nn.ModuleList(
@@ -207,7 +208,7 @@ def make_encoder(space: gym.Space, *, encoders: Mapping[str | tuple[str, ...], n
 def _leaf_encoder(space: gym.Space, field: ObservationField, owner: str) -> nn.Module:
     if is_image_space(space):
         if min(NatureCNN.image_size(field.shape)) < 36:
-            where = f"observation key {_name(field.path)!r}" if field.path else "the observation"
+            where = f"observation key {format_key(field.path)!r}" if field.path else "the observation"
             key = field.path[0] if len(field.path) == 1 else field.path
             hint = (f"pass your own (encoders={{{key!r}: module}}) or drop the key "
                     "(wrappers=FilterObservation(filter_keys=[...]))" if field.path else
@@ -235,12 +236,9 @@ def _width(module: nn.Module, field: ObservationField, owner: str) -> int:
                 width = module(zeros).shape[-1]
         except Exception as err:  # noqa: BLE001  (any failure of the user's module)
             raise ValueError(
-                f"{owner}: the encoder for observation key {_name(field.path)!r} fails on zeros of shape "
+                f"{owner}: the encoder for observation key {format_key(field.path)!r} fails on zeros of shape "
                 f"{tuple(zeros.shape)} and dtype {field.dtype} ({type(err).__name__}: {err}); it must map "
                 "[batch, *shape] to [batch, features]"
             ) from err
     return int(width)
 
-
-def _name(path: tuple[str, ...]) -> str:
-    return ".".join(path)  # as engine_rl.keys.format_key writes nested keys

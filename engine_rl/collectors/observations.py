@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from engine_rl.keys import NestedKey, nest_keys
+from engine_rl.keys import NestedKey, format_key, nest_keys
 from engine_rl.spaces import is_image_space
 
 __all__ = ["ObservationField", "field_key", "nest_paths", "observation_fields", "pick", "stack_final"]
@@ -76,19 +76,16 @@ def _collect(space: gym.Space, path: tuple[str, ...], out: list[ObservationField
     elif isinstance(space, gym.spaces.MultiDiscrete) and len(space.nvec.shape) == 1:
         dtype = torch.int64
     else:
-        what = f"observation key {_name(path)!r}" if path else "the observation space"
+        what = f"observation key {format_key(path)!r}" if path else "the observation space"
         hint = ("; drop the key (wrappers=FilterObservation(filter_keys=[...]))" if path else
                 "; flatten it (wrappers=FlattenObservation: Discrete, Tuple and Dict spaces to a 1-D Box)")
         raise ValueError(f"{owner}: {what} is {space}, which cannot be stored; each leaf must be a {STORABLE}{hint}")
     out.append(ObservationField(path, tuple(int(d) for d in space.shape), dtype))
 
 
-def _name(path: tuple[str, ...]) -> str:
-    return ".".join(path)  # as engine_rl.keys.format_key writes nested keys
-
 
 def _where(path: tuple[str, ...]) -> str:
-    return f"(under key {_name(path)!r}) " if path else ""
+    return f"(under key {format_key(path)!r}) " if path else ""
 
 
 def field_key(prefix: tuple[str, ...], field: ObservationField) -> NestedKey:
