@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -19,6 +19,7 @@ import torch
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from engine_rl.collectors.env_factory import EnvFactory, callable_name, make_checked_env
 from engine_rl.collectors.observations import ObservationField, observation_fields
 from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
 from engine_rl.spaces import is_multi_discrete
@@ -74,42 +75,57 @@ def _import_registering_packages() -> None:
             pass
 
 
-_SPACES: dict[tuple[str, tuple[str, ...]], tuple[EnvSpec, gym.Space, gym.Space]] = {}
+_SPACES: dict[tuple[Any, tuple[str, ...]], tuple[EnvSpec | None, gym.Space, gym.Space]] = {}
 
 
-def env_spaces(env_id: str, *, wrappers: tuple[str, ...] = (), owner: str = "env_spaces") -> tuple[gym.Space, gym.Space]:
-    """``(observation_space, action_space)`` of one copy of ``env_id``, wrapped by ``wrappers``
+def env_spaces(
+    env_id: str | EnvFactory, *, wrappers: tuple[str, ...] = (), owner: str = "env_spaces"
+) -> tuple[gym.Space, gym.Space]:
+    """``(observation_space, action_space)`` of one copy of ``env_id`` (a registered id, or a
+    callable making one env, :mod:`engine_rl.collectors.env_factory`), wrapped by ``wrappers``
     (names, see :mod:`engine_rl.collectors.wrappers`).
 
-    The env is made once per registration and wrappers (``gymnasium.make``, then closed) and its
-    spaces kept; a ``ValueError`` naming ``owner`` if the id is not registered, the env cannot be
-    made or a wrapper does not apply.
+    The env is made once per registration (or callable) and wrappers, then closed, and its spaces
+    kept; a ``ValueError`` naming ``owner`` if the id is not registered, the env cannot be made or
+    a wrapper does not apply.
 
     Examples:
         >>> env_spaces("CartPole-v1")
         (Box([-4.8 ...], [4.8 ...], (4,), float32), Discrete(2))
     """
-    spec = env_spec(env_id, owner=owner)
+    spec = None if callable(env_id) else env_spec(env_id, owner=owner)
     wraps = parse_wrappers(wrappers, owner=owner)
     key = (env_id, tuple(wrappers))
-    cached = _SPACES.get(key)
+    try:
+        cached = _SPACES.get(key)
+    except TypeError:  # a callable that cannot be hashed: made every time
+        key, cached = None, None
     if cached is not None and cached[0] is spec:
         return cached[1], cached[2]
-    try:
-        env = gym.make(env_id)
-    except Exception as err:  # noqa: BLE001  (a missing dependency, a failing constructor, ...)
-        raise ValueError(f"{owner}: env_id {env_id!r} cannot be made: {type(err).__name__}: {err}") from err
+    if spec is None:
+        env = make_checked_env(env_id, owner=owner)
+    else:
+        try:
+            env = gym.make(env_id)
+        except Exception as err:  # noqa: BLE001  (a missing dependency, a failing constructor, ...)
+            raise ValueError(f"{owner}: env_id {env_id!r} cannot be made: {type(err).__name__}: {err}") from err
     try:
         env = apply_wrappers(env, wraps, owner=owner)
         spaces = env.observation_space, env.action_space
     finally:
         env.close()
-    _SPACES[key] = (spec, *spaces)
+    if key is not None:
+        _SPACES[key] = (spec, *spaces)
     return spaces
 
 
+def _make_one(make_env: EnvFactory, wrappers: Sequence[Callable[[gym.Env], gym.Env]], env_kwargs: dict[str, Any]) -> gym.Env:
+    """One env copy of a ``make_env`` callable, wrapped (a top-level function, so async workers can pickle it)."""
+    return apply_wrappers(make_checked_env(make_env, owner="make_vec_env", **env_kwargs), wrappers, owner="make_vec_env")
+
+
 def make_vec_env(
-    env_id: str,
+    env_id: str | EnvFactory,
     num_envs: int = 8,
     *,
     mode: VecMode | None = None,
@@ -120,11 +136,15 @@ def make_vec_env(
     """Create a gymnasium vector env, choosing the fastest vectorization by default.
 
     Args:
-        env_id: a registered gymnasium id, e.g. ``"CartPole-v1"``.
+        env_id: a registered gymnasium id, e.g. ``"CartPole-v1"``, or a callable that makes one
+            env copy (:mod:`engine_rl.collectors.env_factory`; ``env_kwargs`` are passed to it), made
+            ``num_envs`` times; such an env gets no ``TimeLimit`` from a registration (add one to
+            ``wrappers`` or inside the callable if its episodes do not end).
         num_envs: number of env copies (a positive int).
         mode: ``"vector_entry_point"`` (numpy-vectorized, e.g. CartPole; always next-step
             autoreset), ``"sync"`` or ``"async"``. ``None`` or ``"auto"``: the vector entry point
-            when the id registers one (and no ``wrappers`` are given), else ``"sync"``.
+            when the id registers one (and no ``wrappers`` are given), else ``"sync"`` (always for a
+            callable).
         autoreset_mode: for ``"sync"``/``"async"`` only; defaults to ``AutoresetMode.SAME_STEP``
             (every step is a transition, the final observation is in ``infos["final_obs"]``).
             Collectors handle both same-step and next-step envs.
@@ -150,7 +170,8 @@ def make_vec_env(
         raise ValueError(
             f"make_vec_env: mode must be 'auto', 'vector_entry_point', 'sync' or 'async', got {mode!r}"
         )
-    has_vector = env_spec(env_id, owner="make_vec_env").vector_entry_point is not None
+    from_callable = callable(env_id)
+    has_vector = not from_callable and env_spec(env_id, owner="make_vec_env").vector_entry_point is not None
     wraps = parse_wrappers(wrappers, owner="make_vec_env")
     if mode is None or mode == "auto":
         mode = "vector_entry_point" if has_vector and not wraps else "sync"
@@ -162,8 +183,9 @@ def make_vec_env(
         )
     if mode == "vector_entry_point":
         if not has_vector:
+            what = f"make_env {callable_name(env_id)} (a callable) has" if from_callable else f"{env_id} registers"
             raise ValueError(
-                f"make_vec_env: {env_id} registers no vector entry point, so mode='vector_entry_point' "
+                f"make_vec_env: {what} no vector entry point, so mode='vector_entry_point' "
                 "cannot make it; use mode='sync' or 'async' (or None: the fastest available)"
             )
         if autoreset_mode is not None:
@@ -173,6 +195,10 @@ def make_vec_env(
             )
     else:
         vector_kwargs["autoreset_mode"] = AutoresetMode(autoreset_mode or AutoresetMode.SAME_STEP)
+    if from_callable:
+        copies = [partial(_make_one, env_id, wraps, env_kwargs)] * num_envs
+        vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
+        return vector_cls(copies, **vector_kwargs)
     if wraps:
         return gym.make_vec(
             env_id, num_envs=num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs,

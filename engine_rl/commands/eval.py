@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 
 from engine_rl.checkpoint import CheckpointError, InferenceState, attached_objects, load_inference
-from engine_rl.collectors import make_vec_env
 from engine_rl.commands import fail
 from engine_rl.evaluation import Evaluator, create_evaluator
 from engine_rl.recipes import get_recipe
+from engine_rl.recipes.env_source import recipe_vec_env
 from engine_rl.recipes.runner import make_config
 
 
@@ -63,7 +63,7 @@ def evaluate_checkpoint(
         )
         if evaluator is None:
             n = episodes or getattr(config, "eval_episodes", 10)
-            env = make_vec_env(config.env_id, min(n, 16), wrappers=getattr(config, "wrappers", ()))
+            env = recipe_vec_env(config, min(n, 16))
             setup.closers.append(env.close)
             evaluator = create_evaluator(env, setup.eval_policy, num_episodes=n, seed=getattr(config, "eval_seed", 0),
                                          info_keys=getattr(config, "info_keys", ()))

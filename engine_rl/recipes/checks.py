@@ -2,8 +2,9 @@
 
 Each check raises a ``ValueError`` naming the config, the field, what the field accepts and the
 value it got, e.g. ``DQNConfig: lr must be a positive finite number, got nan``.
-:meth:`FieldChecks.env` also checks that ``env_id`` is registered and that its spaces suit the
-algorithm (made once per registered id, see :func:`~engine_rl.collectors.envs.env_spaces`).
+:meth:`FieldChecks.env` also checks that ``make_env`` makes an env, or else that ``env_id`` is
+registered, and that its spaces suit the algorithm (made once per id or callable, see
+:func:`~engine_rl.collectors.envs.env_spaces`).
 
 Examples:
     >>> from dataclasses import dataclass
@@ -35,9 +36,11 @@ from typing import Any, NoReturn
 import gymnasium as gym
 
 from engine_rl.algos.encoders import make_encoder
+from engine_rl.collectors.env_factory import callable_name
 from engine_rl.collectors.envs import env_spaces, env_spec
 from engine_rl.device import DEVICE_NAMES, is_device_name
 from engine_rl.envs import TORCH_ENVS
+from engine_rl.recipes.env_source import env_label, env_source
 from engine_rl.spaces import is_image_space, is_multi_discrete
 
 __all__ = ["FieldChecks"]
@@ -134,6 +137,11 @@ class FieldChecks:
 
     def torch_env(self) -> None:
         """``env_backend='torch'``: ``env_id`` has a torch version, and no gymnasium-only option is set."""
+        if self.config.make_env is not None:
+            raise ValueError(
+                f"{self.owner}: env_backend 'torch' makes its own envs ({', '.join(sorted(TORCH_ENVS))}), so it takes "
+                f"no make_env (got {callable_name(self.config.make_env)}); use env_backend 'gymnasium'"
+            )
         if self.config.env_id not in TORCH_ENVS:
             raise ValueError(
                 f"{self.owner}: env_backend 'torch' needs an env_id with a torch version ({', '.join(sorted(TORCH_ENVS))}), "
@@ -148,7 +156,7 @@ class FieldChecks:
 
     def env(self, *, algo: str, actions: str, vectorization: str | None = None, encoders: bool = False,
             normalized: bool = False) -> None:
-        """``env_id`` is a registered gymnasium id whose spaces suit ``algo``.
+        """``make_env`` makes (or else ``env_id`` is a registered gymnasium id of) an env whose spaces suit ``algo``.
 
         Args:
             algo: the algorithm named in errors (``"dqn"``).
@@ -165,9 +173,12 @@ class FieldChecks:
         env_id = self.config.env_id
         if not isinstance(env_id, str) or not env_id:
             self.fail("env_id", "a registered gymnasium id (a non-empty str)")
-        spec = env_spec(env_id, owner=self.owner)
+        source = env_source(self.config)
+        spec = None if callable(source) else env_spec(source, owner=self.owner)
         wrappers = getattr(self.config, "wrappers", ())
-        observation, action = env_spaces(env_id, wrappers=wrappers, owner=self.owner)
+        observation, action = env_spaces(source, wrappers=wrappers, owner=self.owner)
+        label = env_label(self.config)
+        fix = "set env_id to" if self.config.make_env is None else "make_env must make"
         discrete = isinstance(action, gym.spaces.Discrete)
         box = isinstance(action, gym.spaces.Box) and len(action.shape) == 1
         kind = type(action).__name__
@@ -175,37 +186,37 @@ class FieldChecks:
             kind += f" (shape {tuple(action.shape)})"
         if actions == "discrete" and not discrete:
             raise ValueError(
-                f"{self.owner}: {algo} needs a discrete action space; {env_id} has {kind} actions "
-                "(set env_id to an env with Discrete actions)"
+                f"{self.owner}: {algo} needs a discrete action space; {label} has {kind} actions "
+                f"({fix} an env with Discrete actions)"
             )
         if actions == "box" and not box:
             raise ValueError(
-                f"{self.owner}: {algo} needs a continuous (Box) action space; {env_id} has {kind} actions "
-                "(set env_id to an env with 1-D Box actions)"
+                f"{self.owner}: {algo} needs a continuous (Box) action space; {label} has {kind} actions "
+                f"({fix} an env with 1-D Box actions)"
             )
         multi = is_multi_discrete(action)
         if actions == "discrete, multidiscrete or box" and not (discrete or multi or box):
             raise ValueError(
-                f"{self.owner}: {algo} needs a Discrete, 1-D MultiDiscrete or 1-D Box action space; {env_id} has {action}"
+                f"{self.owner}: {algo} needs a Discrete, 1-D MultiDiscrete or 1-D Box action space; {label} has {action}"
             )
         vector = (isinstance(observation, gym.spaces.Box) and len(observation.shape) == 1
                   and not is_image_space(observation))
         if not vector and (normalized or not encoders):
             why = " with normalize_observations (set it false for other spaces)" if encoders else ""
             raise ValueError(
-                f"{self.owner}: {algo} ({env_id}): the observation space must be a 1-D Box{why}, got {observation} "
+                f"{self.owner}: {algo} ({label}): the observation space must be a 1-D Box{why}, got {observation} "
                 "(--set wrappers=FlattenObservation flattens Discrete, Tuple and Dict spaces)"
             )
         if not vector:
             # a ValueError naming a key it cannot encode
-            make_encoder(observation, owner=f"{self.owner}: {algo} ({env_id})")
+            make_encoder(observation, owner=f"{self.owner}: {algo} ({label})")
         if vectorization == "vector_entry_point" and wrappers:
             raise ValueError(
                 f"{self.owner}: vectorization 'vector_entry_point' batches the env copies itself, so it "
                 f"takes no wrappers (got {wrappers}); use 'auto', 'sync' or 'async'"
             )
-        if vectorization == "vector_entry_point" and spec.vector_entry_point is None:
+        if vectorization == "vector_entry_point" and (spec is None or spec.vector_entry_point is None):
             raise ValueError(
                 f"{self.owner}: vectorization 'vector_entry_point' needs an env that registers a vector entry "
-                f"point; {env_id} has none (use 'auto', 'sync' or 'async')"
+                f"point; {label} has none (use 'auto', 'sync' or 'async')"
             )

@@ -48,6 +48,8 @@ def _coerce(name: str, text: str, annotation: Any, owner: str) -> Any:
         if text.lower() == "none" and type(None) in args:
             return None
         non_none = [a for a in args if a is not type(None)]
+        if str in non_none:  # a name, e.g. make_env's 'module:function'
+            return text
         if len(non_none) == 1:
             return _coerce(name, text, non_none[0], owner)
     if annotation is bool:

@@ -10,6 +10,7 @@ final policy from the late collapses DQN is known for on CartPole.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from functools import partial
 
@@ -19,9 +20,10 @@ from ignite.engine import Events
 from ignite.handlers import PiecewiseLinear
 from torch import nn
 
+from engine_rl.collectors.env_factory import EnvFactory, callable_name
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
 from engine_rl.algos.encoders import make_encoder
-from engine_rl.collectors import AsyncCollector, GymCollector, make_vec_env
+from engine_rl.collectors import AsyncCollector, GymCollector
 from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
@@ -29,6 +31,7 @@ from engine_rl.exploration import EpsilonGreedy
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
+from engine_rl.recipes.env_source import env_label, recipe_vec_env
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
 from handlers import (
     GradClipper,
@@ -49,6 +52,11 @@ __all__ = ["DQNConfig", "build_dqn"]
 class DQNConfig:
     env_id: str = "CartPole-v1"
     """Gymnasium id of an environment with a discrete action space."""
+    make_env: EnvFactory | str | None = None
+    """For Python users: a callable that makes one env copy (a function, a class, ``functools.partial(MyEnv,
+    size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
+    evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
+    ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
     num_envs: int = 32
     """Environment copies stepped together by the collector (rl-zoo: 1). More copies decorrelate
     each batch (8 steps of 32 episodes rather than 256 steps of one); 32 ended higher than 1-16
@@ -196,16 +204,25 @@ def build_dqn(cfg: DQNConfig) -> Setup:
             f"it runs with device and replay_device on the CPU only, got device {cfg.device!r} ({device}) and "
             f"replay_device {cfg.replay_device!r} ({replay_device}); drop async_collection or use --device cpu"
         )
-    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
+    if cfg.async_collection and cfg.make_env is not None:
+        try:
+            pickle.dumps(cfg.make_env)
+        except Exception as err:  # noqa: BLE001  (PicklingError, AttributeError, TypeError by object)
+            raise ValueError(
+                f"DQNConfig: async_collection makes the envs in a worker process, which needs a make_env that "
+                f"pickles (a function or class at the top level of a module, or a partial of one); "
+                f"{callable_name(cfg.make_env)} does not ({err})"
+            ) from None
+    env = recipe_vec_env(cfg, cfg.num_envs)
     if not isinstance(env.single_action_space, gym.spaces.Discrete):
         env.close()
         raise ValueError(
-            f"dqn needs a discrete action space; {cfg.env_id} has {type(env.single_action_space).__name__} "
+            f"dqn needs a discrete action space; {env_label(cfg)} has {type(env.single_action_space).__name__} "
             "actions (use a continuous-control algorithm such as SAC)"
         )
     num_actions = int(env.single_action_space.n)
     # pixels: the Nature CNN, then the MLP head; a Dict: an encoder per key (engine_rl.algos.encoders)
-    encoder = make_encoder(env.single_observation_space, owner=f"dqn ({cfg.env_id})")
+    encoder = make_encoder(env.single_observation_space, owner=f"dqn ({env_label(cfg)})")
     if encoder is not None:
         qnet = nn.Sequential(encoder, mlp(encoder.features, num_actions, cfg.hidden))
     else:
@@ -235,7 +252,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
                               storage=cfg.replay_storage)
     if cfg.async_collection:  # the worker builds its own env copies and writes the buffer itself
         env.close()
-        env_fn = partial(make_vec_env, cfg.env_id, cfg.num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
+        env_fn = partial(recipe_vec_env, cfg, cfg.num_envs)
         collector = AsyncCollector(env_fn, explore, frames_per_batch=cfg.frames_per_batch, buffer=buffer, seed=cfg.seed,
                                    info_keys=cfg.info_keys)
 
@@ -270,7 +287,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     else:
         TargetNetUpdater(qnet, loss.target_qnet, tau=cfg.target_tau).attach(trainer)
 
-    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization, wrappers=cfg.wrappers)
+    eval_env = recipe_vec_env(cfg, min(cfg.eval_episodes, 16))
     validation = ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                                    seed=cfg.eval_seed, info_keys=cfg.info_keys)
     validation.attach(trainer)

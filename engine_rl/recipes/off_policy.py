@@ -13,24 +13,32 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from torch import nn
 
-from engine_rl.collectors import make_vec_env
+from engine_rl.algos.encoders import make_encoder
+from engine_rl.collectors.env_factory import EnvFactory
 from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
 from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
+from engine_rl.recipes.env_source import env_label, recipe_vec_env
 from engine_rl.replay import ReplayBuffer
 from handlers import NaNGuard, ReplayExtender, ReplaySampler, ValidationRollout
 
-__all__ = ["OffPolicyConfig", "build_off_policy", "make_box_env"]
+__all__ = ["OffPolicyConfig", "build_off_policy", "make_box_env", "observation_encoders"]
 
 
 @dataclass(kw_only=True)
 class OffPolicyConfig:
     env_id: str = "Pendulum-v1"
     """Gymnasium id of an environment with a continuous (Box) action space."""
+    make_env: EnvFactory | str | None = None
+    """For Python users: a callable that makes one env copy (a function, a class, ``functools.partial(MyEnv,
+    size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
+    evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
+    ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
     num_envs: int = 1
     """Environment copies stepped together by the collector (rl-zoo: 1)."""
     vectorization: str = "auto"
@@ -55,7 +63,8 @@ class OffPolicyConfig:
     tau: float = 0.005
     """Polyak rate of the target networks."""
     hidden: tuple[int, ...] = (256, 256)
-    """Hidden layer widths of the actor and of each critic."""
+    """Hidden layer widths of the actor and of each critic (on their encoders' features for image
+    and Dict observations: ``engine_rl.algos.encoders``)."""
     eval_every_frames: int = 2_000
     """Evaluate every this many frames (and at the end of the run)."""
     eval_episodes: int = 10
@@ -143,15 +152,22 @@ def make_box_env(cfg: OffPolicyConfig, *, algo: str) -> Any:
         ...
         ValueError: sac needs a continuous (Box) action space; CartPole-v1 has Discrete actions (use a discrete-action algorithm such as DQN)
     """
-    env = make_vec_env(cfg.env_id, cfg.num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
+    env = recipe_vec_env(cfg, cfg.num_envs)
     space = env.single_action_space
     if not isinstance(space, gym.spaces.Box):
         env.close()
         raise ValueError(
-            f"{algo} needs a continuous (Box) action space; {cfg.env_id} has {type(space).__name__} actions "
+            f"{algo} needs a continuous (Box) action space; {env_label(cfg)} has {type(space).__name__} actions "
             "(use a discrete-action algorithm such as DQN)"
         )
     return env
+
+
+def observation_encoders(cfg: OffPolicyConfig, env: Any, *, algo: str) -> tuple[nn.Module | None, nn.Module | None]:
+    """``(actor_encoder, critic_encoder)`` for the env's observation space: two independent
+    :func:`~engine_rl.algos.encoders.make_encoder` (``(None, None)`` for a 1-D Box)."""
+    space, owner = env.single_observation_space, f"{algo} ({env_label(cfg)})"
+    return make_encoder(space, owner=owner), make_encoder(space, owner=owner)
 
 
 def build_off_policy(
@@ -187,7 +203,7 @@ def build_off_policy(
     ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size, device=device).attach(trainer)
 
-    eval_env = make_vec_env(cfg.env_id, min(cfg.eval_episodes, 16), mode=cfg.vectorization, wrappers=cfg.wrappers)
+    eval_env = recipe_vec_env(cfg, min(cfg.eval_episodes, 16))
     ValidationRollout(eval_env, eval_policy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                       seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
     return Setup(

@@ -21,9 +21,10 @@ import torch
 from gymnasium.wrappers.vector import ClipAction
 from torch import nn
 
+from engine_rl.collectors.env_factory import EnvFactory
 from engine_rl.algos.policies import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
-from engine_rl.collectors import GymCollector, TorchEnvCollector, make_vec_env
+from engine_rl.collectors import GymCollector, TorchEnvCollector
 from engine_rl.collectors.envs import env_spaces
 from engine_rl.compile import compile_loss
 from engine_rl.device import resolve_device
@@ -32,6 +33,7 @@ from engine_rl.envs import TorchEnv, make_torch_env
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
+from engine_rl.recipes.env_source import env_label, env_source, recipe_vec_env
 from handlers.advantage import GAEAdvantage
 from handlers.kl_stop import KLEarlyStop
 from handlers.minibatch import MinibatchSampler
@@ -50,6 +52,11 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 class PPOConfig:
     env_id: str = "CartPole-v1"
     """Gymnasium id; Discrete (and MultiDiscrete) actions get a categorical policy, 1-D Box actions a Gaussian one."""
+    make_env: EnvFactory | str | None = None
+    """For Python users: a callable that makes one env copy (a function, a class, ``functools.partial(MyEnv,
+    size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
+    evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
+    ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
     num_envs: int = 8
     """Environment copies stepped together by the collector (rl-zoo: n_envs)."""
     env_backend: str = "gymnasium"
@@ -184,7 +191,7 @@ class PPOConfig:
 def _make_env(cfg: PPOConfig, num_envs: int, device: torch.device) -> gym.vector.VectorEnv | TorchEnv:
     if cfg.env_backend == "torch":  # actions are clamped to the bounds inside the torch envs
         return make_torch_env(cfg.env_id, num_envs, device=device)
-    env = make_vec_env(cfg.env_id, num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
+    env = recipe_vec_env(cfg, num_envs)
     if isinstance(env.single_action_space, gym.spaces.Box):
         env = ClipAction(env)  # the policy's Gaussian samples are unbounded
     return env
@@ -195,7 +202,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device, owner=type(cfg).__name__)
     env = _make_env(cfg, cfg.num_envs, device)
-    observation_space, action_space = env_spaces(cfg.env_id, wrappers=cfg.wrappers)  # one copy's
+    observation_space, action_space = env_spaces(env_source(cfg), wrappers=cfg.wrappers)  # one copy's
     # the values the policy writes while collecting are GAE's V(s) unless the observation
     # statistics change between collection and GAE (the normalizer updates first)
     reuse_values = not cfg.normalize_observations
@@ -204,7 +211,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
             observation_space, action_space,
             hidden=cfg.hidden, activation=_ACTIVATIONS[cfg.activation],
             normalize_observations=cfg.normalize_observations, log_std_init=cfg.log_std_init,
-            ortho_init=cfg.ortho_init, write_value=reuse_values, seed=cfg.seed, owner=f"ppo ({cfg.env_id})",
+            ortho_init=cfg.ortho_init, write_value=reuse_values, seed=cfg.seed, owner=f"ppo ({env_label(cfg)})",
         ).to(device)
     except ValueError:
         env.close()

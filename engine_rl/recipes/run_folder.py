@@ -19,6 +19,7 @@ import ignite.distributed as idist
 from ignite.handlers import Checkpoint
 
 from engine_rl.checkpoint import list_checkpoints
+from engine_rl.collectors.env_factory import callable_name
 from engine_rl.run_lock import RunLock, RunLockError
 
 __all__ = [
@@ -35,7 +36,16 @@ class RunError(ValueError):
 
 
 def config_record(name: str, config: Any) -> dict[str, Any]:
-    return json.loads(json.dumps({"recipe": name, **dataclasses.asdict(config)}))
+    """``{"recipe": name, field: value, ...}`` as JSON holds it (``config.json``, the inference
+    checkpoints): tuples as lists, a callable (``make_env``) by its ``"module:function"`` name."""
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    return json.loads(json.dumps({"recipe": name, **fields}, default=_by_name))
+
+
+def _by_name(value: Any) -> str:
+    if callable(value):
+        return callable_name(value)
+    raise TypeError(f"a config value of type {type(value).__name__} has no JSON form: {value!r}")
 
 
 def nothing_to_resume(out: Path) -> RunError:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import time
@@ -244,7 +243,7 @@ def _train(
 
     inference = InferenceState(
         setup.eval_policy, normalizer=getattr(setup, "normalizer", None), recipe=name,
-        config=dataclasses.asdict(config),
+        config={k: v for k, v in config_record(name, config).items() if k != "recipe"},
     )
     validation = next((o for o in attached_objects(trainer) if isinstance(o, ValidationRollout)), None)
     best: SafeCheckpoint | None = None

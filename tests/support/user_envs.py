@@ -67,6 +67,35 @@ class NoteRoom(DoorRoom):
         return {**super()._obs(), "note": "knock"}
 
 
+class DictReach(gym.Env):
+    """Continuous control with Dict observations, as goal-conditioned tasks have them: ``position``
+    and ``goal`` (each a Box of 1), an action moving the position by up to 1; reward
+    ``-|goal - position|`` after each move; 8 steps. The goal is drawn in [-2, 2], the start is 0."""
+
+    observation_space = gym.spaces.Dict({"position": gym.spaces.Box(-10.0, 10.0, (1,), np.float32),
+                                         "goal": gym.spaces.Box(-2.0, 2.0, (1,), np.float32)})
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position, self.goal, self.t = 0.0, float(self.np_random.uniform(-2.0, 2.0)), 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"position": np.array([self.position], np.float32), "goal": np.array([self.goal], np.float32)}
+
+    def step(self, action):
+        self.position = float(np.clip(self.position + float(np.clip(action[0], -1.0, 1.0)), -10.0, 10.0))
+        self.t += 1
+        return self._obs(), -abs(self.goal - self.position), False, self.t >= 8, {}
+
+
+gym.register("engine_rl_tests/DictReach-v0", entry_point=DictReach)
 gym.register("engine_rl_tests/DoorRoom-v0", entry_point=DoorRoom)
 gym.register("engine_rl_tests/TinyDoorRoom-v0", entry_point=DoorRoom, kwargs={"size": 9})
 gym.register("engine_rl_tests/NoteRoom-v0", entry_point=NoteRoom)
+
+
+def make_corridor(max_episode_steps: int = 20) -> gym.Env:
+    """A user's env maker, registered nowhere: ``--set make_env=support.user_envs:make_corridor``."""
+    return gym.wrappers.TimeLimit(Corridor(), max_episode_steps=max_episode_steps)

@@ -1,0 +1,46 @@
+"""Where a recipe's envs come from: its ``make_env`` callable if set, else its registered ``env_id``.
+
+Every recipe config has ``env_id``, ``make_env``, ``vectorization`` and ``wrappers``; the
+builders make their training and evaluation envs with :func:`recipe_vec_env` and name the env
+in messages with :func:`env_label`.
+
+Examples:
+    >>> from functools import partial
+    >>> import gymnasium as gym
+    >>> from engine_rl.recipes.ppo_cartpole import PPOConfig
+    >>> env_label(PPOConfig())
+    'CartPole-v1'
+    >>> cfg = PPOConfig(make_env=partial(gym.make, "Acrobot-v1"))
+    >>> env_label(cfg)
+    "make_env functools.partial(gymnasium.envs.registration:make, 'Acrobot-v1')"
+    >>> recipe_vec_env(cfg, 2).single_action_space
+    Discrete(3)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gymnasium.vector import VectorEnv
+
+from engine_rl.collectors.env_factory import EnvFactory, callable_name, resolve_callable
+from engine_rl.collectors.envs import make_vec_env
+
+__all__ = ["env_label", "env_source", "recipe_vec_env"]
+
+
+def env_source(cfg: Any) -> str | EnvFactory:
+    """``cfg.make_env`` (imported if it is a ``"module:function"`` name) if set, else ``cfg.env_id``."""
+    if cfg.make_env is None:
+        return cfg.env_id
+    return resolve_callable(cfg.make_env, owner=type(cfg).__name__)
+
+
+def env_label(cfg: Any) -> str:
+    """The env as messages name it: ``make_env`` by its recorded name if set, else ``env_id``."""
+    return cfg.env_id if cfg.make_env is None else f"make_env {callable_name(cfg.make_env)}"
+
+
+def recipe_vec_env(cfg: Any, num_envs: int) -> VectorEnv:
+    """``num_envs`` copies of the config's env, vectorized and wrapped as the config says."""
+    return make_vec_env(env_source(cfg), num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
