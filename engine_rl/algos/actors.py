@@ -143,12 +143,15 @@ class TanhGaussianActor(nn.Module):
         *,
         hidden: Sequence[int] = (256, 256),
         activation: type[nn.Module] = nn.ReLU,
+        encoder: nn.Module | None = None,
         **kwargs: Any,
     ) -> TanhGaussianActor:
         """An MLP actor ``obs_dim -> hidden... -> 2 * action_dim`` for a Box ``action_space``
-        (a ``ValueError`` for any other space); ``kwargs`` go to the constructor."""
+        (a ``ValueError`` for any other space), on ``encoder``'s ``obs_dim`` features if one is
+        given (:func:`engine_rl.algos.encoders.make_encoder`); ``kwargs`` go to the constructor."""
         low, high = box_bounds(action_space, owner="TanhGaussianActor")
-        return cls(mlp(obs_dim, 2 * low.numel(), hidden, activation=activation), low=low, high=high, **kwargs)
+        net = mlp(obs_dim, 2 * low.numel(), hidden, activation=activation)
+        return cls(net if encoder is None else nn.Sequential(encoder, net), low=low, high=high, **kwargs)
 
     # -- maths ----------------------------------------------------------------------------
     def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

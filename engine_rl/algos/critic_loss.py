@@ -46,7 +46,7 @@ def read_transition(
         obs = sample["observation"]
         action = unscale(sample["action"])
         next_obs = sample["next", "observation"]
-        batch = obs.shape[:-1]
+        batch = action.shape[:-1]  # (an observation may be an image or a Dict's TensorDict)
         reward = sample["next", "reward"].reshape(batch)
         not_terminated = (sample["next", "terminated"].reshape(batch) == 0).to(reward.dtype)
     except KeyError:

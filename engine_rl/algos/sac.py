@@ -46,11 +46,14 @@ class QEnsemble(nn.Module):
     runs in the parameters' dtype, like :class:`engine_rl.precision.OutputLinear`.
 
     Args:
-        obs_dim: observation size.
+        obs_dim: observation size (with an ``encoder``: its ``features``).
         action_dim: action size.
         hidden: hidden layer widths of each critic.
         num_q: number of critics (2 for SAC/TD3's clipped double Q).
         activation: elementwise activation between layers.
+        encoder: a module from observations (images, a Dict's TensorDict, ...) to ``[*batch, obs_dim]``
+            features (:func:`engine_rl.algos.encoders.make_encoder`), shared by the critics and
+            trained by their loss; ``None``: observations are ``[*batch, obs_dim]`` vectors.
 
     Examples:
         >>> q = QEnsemble(3, 1, (16, 16))
@@ -68,6 +71,7 @@ class QEnsemble(nn.Module):
         *,
         num_q: int = 2,
         activation: Callable[[torch.Tensor], torch.Tensor] = F.relu,
+        encoder: nn.Module | None = None,
     ) -> None:
         super().__init__()
         sizes = [obs_dim + action_dim, *hidden, 1]
@@ -80,6 +84,7 @@ class QEnsemble(nn.Module):
             raise ValueError(f"QEnsemble: num_q must be a positive int, got {num_q!r}")
         self.num_q = num_q
         self.activation = activation
+        self.encoder = encoder
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
@@ -90,15 +95,20 @@ class QEnsemble(nn.Module):
     def forward(
         self, obs: torch.Tensor, action: torch.Tensor, *, detach_params: bool = False, first: int | None = None
     ) -> torch.Tensor:
-        """Q values ``[num_q, *batch]`` of ``obs [*batch, obs_dim]`` and ``action [*batch, action_dim]``.
+        """Q values ``[num_q, *batch]`` of ``obs [*batch, obs_dim]`` (or what the encoder reads) and
+        ``action [*batch, action_dim]``.
 
-        With ``detach_params=True`` the critics' parameters are treated as constants: gradients
-        flow to the inputs (e.g. the actor's action) but never into the critics. ``first=k``
-        evaluates only the first ``k`` critics (``[k, *batch]``; TD3's actor loss uses ``Q_1``).
+        With ``detach_params=True`` the critics' parameters (the encoder's too) are treated as
+        constants: gradients flow to the inputs (e.g. the actor's action) but never into the
+        critics. ``first=k`` evaluates only the first ``k`` critics (``[k, *batch]``; TD3's actor
+        loss uses ``Q_1``).
         """
         num_q = self.num_q if first is None else first
         if not 1 <= num_q <= self.num_q:
             raise ValueError(f"QEnsemble: first must be in [1, {self.num_q}], got {first!r}")
+        if self.encoder is not None:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not detach_params):
+                obs = self.encoder(obs)
         batch = obs.shape[:-1]
         x = torch.cat([obs, action], dim=-1).reshape(1, -1, obs.shape[-1] + action.shape[-1])
         x = x.expand(num_q, -1, -1)

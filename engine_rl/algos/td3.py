@@ -77,12 +77,14 @@ class TanhActor(nn.Module):
     @classmethod
     def build(
         cls, obs_dim: int, action_space: Any, *, hidden: Sequence[int] = (400, 300),
-        activation: type[nn.Module] = nn.ReLU,
+        activation: type[nn.Module] = nn.ReLU, encoder: nn.Module | None = None,
     ) -> TanhActor:
         """An MLP actor ``obs_dim -> hidden... -> action_dim`` for a Box ``action_space`` (a
-        ``ValueError`` naming the space for any other)."""
+        ``ValueError`` naming the space for any other), on ``encoder``'s ``obs_dim`` features if
+        one is given (:func:`engine_rl.algos.encoders.make_encoder`)."""
         low, high = box_bounds(action_space, owner="TanhActor")
-        return cls(mlp(obs_dim, low.numel(), hidden, activation=activation), low=low, high=high)
+        net = mlp(obs_dim, low.numel(), hidden, activation=activation)
+        return cls(net if encoder is None else nn.Sequential(encoder, net), low=low, high=high)
 
     def unit_action(self, obs: torch.Tensor) -> torch.Tensor:
         """``tanh(net(obs))`` in ``[-1, 1]``."""

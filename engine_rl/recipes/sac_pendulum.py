@@ -25,7 +25,7 @@ from engine_rl.device import config_devices
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import FieldChecks
-from engine_rl.recipes.off_policy import OffPolicyConfig, build_off_policy, make_box_env
+from engine_rl.recipes.off_policy import OffPolicyConfig, build_off_policy, make_box_env, observation_encoders
 from handlers import TargetNetUpdater
 
 __all__ = ["SACConfig", "build_sac"]
@@ -58,7 +58,7 @@ class SACConfig(OffPolicyConfig):
         check.positive("alpha_init")
         check.bools("learn_alpha")
         check.finite("target_entropy", optional=True)
-        check.env(algo="sac", actions="box", vectorization=self.vectorization)
+        check.env(algo="sac", actions="box", vectorization=self.vectorization, encoders=True)
 
 
 @register("sac-pendulum", SACConfig, "SAC on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")
@@ -67,10 +67,13 @@ def build_sac(cfg: SACConfig) -> Setup:
     device, replay_device = config_devices(cfg)
     env = make_box_env(cfg, algo="sac")
     space = env.single_action_space
-    obs_dim = int(env.single_observation_space.shape[0])
+    # 1-D Box: no encoder; images: a Nature CNN, a Dict: an encoder per key (engine_rl.algos.encoders),
+    # one for the actor and one the critics share, each trained by its own loss
+    actor_encoder, critic_encoder = observation_encoders(cfg, env, algo="sac")
+    obs_dim = actor_encoder.features if actor_encoder is not None else int(env.single_observation_space.shape[0])
 
-    actor = TanhGaussianActor.build(obs_dim, space, hidden=cfg.hidden)
-    critic = QEnsemble(obs_dim, actor.action_dim, cfg.hidden, num_q=2)
+    actor = TanhGaussianActor.build(obs_dim, space, hidden=cfg.hidden, encoder=actor_encoder)
+    critic = QEnsemble(obs_dim, actor.action_dim, cfg.hidden, num_q=2, encoder=critic_encoder)
     loss = SACLoss(
         actor, critic, gamma=cfg.gamma, alpha_init=cfg.alpha_init, learn_alpha=cfg.learn_alpha,
         target_entropy=cfg.target_entropy,

@@ -25,7 +25,7 @@ from engine_rl.device import config_devices
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import FieldChecks
-from engine_rl.recipes.off_policy import OffPolicyConfig, build_off_policy, make_box_env
+from engine_rl.recipes.off_policy import OffPolicyConfig, build_off_policy, make_box_env, observation_encoders
 from handlers import TargetNetUpdater
 
 __all__ = ["TD3Config", "build_td3"]
@@ -69,7 +69,7 @@ class TD3Config(OffPolicyConfig):
         check = FieldChecks(self)
         check.positive_ints("policy_delay")
         check.nonnegative("exploration_noise", "target_noise", "noise_clip")
-        check.env(algo="td3", actions="box", vectorization=self.vectorization)
+        check.env(algo="td3", actions="box", vectorization=self.vectorization, encoders=True)
 
 
 @register("td3-pendulum", TD3Config, "TD3 on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")
@@ -78,10 +78,13 @@ def build_td3(cfg: TD3Config) -> Setup:
     device, replay_device = config_devices(cfg)
     env = make_box_env(cfg, algo="td3")
     space = env.single_action_space
-    obs_dim = int(env.single_observation_space.shape[0])
+    # 1-D Box: no encoder; images: a Nature CNN, a Dict: an encoder per key (engine_rl.algos.encoders),
+    # one for the actor and one the critics share, each trained by its own loss
+    actor_encoder, critic_encoder = observation_encoders(cfg, env, algo="td3")
+    obs_dim = actor_encoder.features if actor_encoder is not None else int(env.single_observation_space.shape[0])
 
-    actor = TanhActor.build(obs_dim, space, hidden=cfg.hidden)
-    critic = QEnsemble(obs_dim, actor.action_dim, cfg.hidden, num_q=2)
+    actor = TanhActor.build(obs_dim, space, hidden=cfg.hidden, encoder=actor_encoder)
+    critic = QEnsemble(obs_dim, actor.action_dim, cfg.hidden, num_q=2, encoder=critic_encoder)
     loss = TD3Loss(actor, critic, gamma=cfg.gamma, policy_delay=cfg.policy_delay,
                    target_noise=cfg.target_noise, noise_clip=cfg.noise_clip)
     noisy = GaussianNoise(actor, std=cfg.exploration_noise, seed=cfg.seed + 1)

@@ -9,6 +9,7 @@ ignores the goal reaches it at most half the time; PPO learns to walk straight t
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -93,3 +94,16 @@ def test_ppo_composed_by_hand_learns_a_dict_env_with_an_encoder_of_the_users_for
     assert batch["observation", "camera"].dtype == torch.uint8 and batch["observation", "door"].dtype == torch.int64
     result = run_episodes(make_vec_env(DOOR_ROOM, 10), policy.greedy(), 20, seed=100)
     assert result["return"].mean().item() >= 4.5  # random: 5/3
+
+
+@pytest.mark.parametrize("recipe", ["sac-pendulum", "td3-pendulum"])
+def test_sac_and_td3_learn_a_goal_conditioned_dict_env_with_an_encoder_per_key(recipe, tmp_path):
+    """DictReach (``support.user_envs``): move to a goal in [-2, 2] from 0, at most 1 per step;
+    reward ``-|goal - position|`` per step, 8 steps. Random actions score -10.7 (50 episodes);
+    walking straight to the goal scores -0.25 on average. 3,000 frames, seed 0: SAC -0.24, TD3 -0.17."""
+    cfg = make_config(recipe, env_id="support.user_envs:engine_rl_tests/DictReach-v0", total_frames=3000,
+                      learning_starts=500, eval_every_frames=3000, hidden=(64, 64))
+    summary = train(recipe, cfg, tmp_path, progress=False)
+    assert summary["eval_return_mean"] > -1.0, summary
+    replay = torch.load(tmp_path / "checkpoints" / "checkpoint_3000.pt", weights_only=True)["replay"]
+    assert set(replay["storage"]["data"]["observation"]) == {"position", "goal"}

@@ -52,6 +52,8 @@ CASES = {
                        "--set", "env_id=engine_rl_tests/DictPoint-v0"],
     "Dict flattened, Discrete": ["dqn-cartpole", "--frames", "512", "--set", "learning_starts=256",
                                  "--set", "env_id=engine_rl_tests/DictPoint-v0", "--set", "wrappers=FlattenObservation"],
+    "Dict, Box (TD3)": ["td3-pendulum", "--frames", "300", "--set", "learning_starts=200", "--set", "hidden=(32,32)",
+                        "--set", "frames_per_batch=100", "--set", f"env_id={ROOMS}DictReach-v0"],
     "Dict of image, Discrete and Box, Discrete (PPO)": ["ppo-cartpole", "--frames", "512", "--set", f"env_id={ROOMS}DoorRoom-v0"],
     "Dict, Discrete (async collection)": ["dqn-cartpole", "--frames", "512", "--set", "learning_starts=256",
                                           "--set", f"env_id={ROOMS}DoorRoom-v0", "--set", "async_collection=true",
