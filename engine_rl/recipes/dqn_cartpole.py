@@ -23,7 +23,8 @@ from torch import nn
 from engine_rl.collectors.env_factory import EnvFactory, callable_name
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
 from engine_rl.algos.encoders import make_encoder
-from engine_rl.collectors import AsyncCollector, GymCollector
+from engine_rl.collectors import AsyncCollector
+from engine_rl.collectors.envs import env_spaces
 from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
@@ -31,7 +32,7 @@ from engine_rl.exploration import EpsilonGreedy
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
-from engine_rl.recipes.env_source import env_label, recipe_vec_env
+from engine_rl.recipes.env_source import env_label, env_source, recipe_collector, recipe_env, recipe_vec_env
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
 from handlers import (
     GradClipper,
@@ -57,6 +58,10 @@ class DQNConfig:
     size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
     evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
     ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
+    env_backend: str = "gymnasium"
+    """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
+    (``engine_rl.envs``: CartPole-v1), stepped as tensors on the training device with no numpy round
+    trip; no wrappers, info_keys or make_env there."""
     num_envs: int = 32
     """Environment copies stepped together by the collector (rl-zoo: 1). More copies decorrelate
     each batch (8 steps of 32 episodes rather than 256 steps of one); 32 ended higher than 1-16
@@ -157,6 +162,9 @@ class DQNConfig:
                             "batch_size", "eval_every", "eval_episodes", "target_update_every")
         check.nonnegative_ints("learning_starts", "eps_frames", "eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
+        check.choice("env_backend", ("gymnasium", "torch"))
+        if self.env_backend == "torch":
+            check.torch_env()
         check.choice("nonfinite", ("stop", "skip"))
         check.devices("device", "replay_device")
         check.positive("lr")
@@ -187,24 +195,26 @@ class DQNConfig:
         return -(-self.total_frames // self.frames_per_batch)
 
 
-@register("dqn-cartpole", DQNConfig,
-          "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames on most seeds")
-def build_dqn(cfg: DQNConfig) -> Setup:
-    torch.manual_seed(cfg.seed)
-    device, replay_device = config_devices(cfg)
-    if cfg.async_collection and (cfg.clip_rewards or cfg.replay_storage != "memory"):
+def _check_async(cfg: DQNConfig, device: torch.device, replay_device: torch.device) -> None:
+    """``async_collection``: what its worker process (a CPU policy, gymnasium envs, writing the replay) allows."""
+    if cfg.env_backend == "torch":
+        raise ValueError(
+            "DQNConfig: async_collection steps gymnasium envs in a worker process, so env_backend 'torch' does not "
+            "apply; drop async_collection (the torch envs step fast in the trainer's process)"
+        )
+    if cfg.clip_rewards or cfg.replay_storage != "memory":
         raise ValueError(
             "DQNConfig: async_collection writes the replay from its worker process, so clip_rewards and "
             f"replay_storage 'memmap' do not apply (got clip_rewards={cfg.clip_rewards}, replay_storage="
             f"{cfg.replay_storage!r}); drop async_collection"
         )
-    if cfg.async_collection and "cuda" in (device.type, replay_device.type):
+    if "cuda" in (device.type, replay_device.type):
         raise ValueError(
             f"DQNConfig: async_collection steps a CPU copy of the policy in a worker process into a CPU replay; "
             f"it runs with device and replay_device on the CPU only, got device {cfg.device!r} ({device}) and "
             f"replay_device {cfg.replay_device!r} ({replay_device}); drop async_collection or use --device cpu"
         )
-    if cfg.async_collection and cfg.make_env is not None:
+    if cfg.make_env is not None:
         try:
             pickle.dumps(cfg.make_env)
         except Exception as err:  # noqa: BLE001  (PicklingError, AttributeError, TypeError by object)
@@ -213,29 +223,34 @@ def build_dqn(cfg: DQNConfig) -> Setup:
                 f"pickles (a function or class at the top level of a module, or a partial of one); "
                 f"{callable_name(cfg.make_env)} does not ({err})"
             ) from None
-    env = recipe_vec_env(cfg, cfg.num_envs)
-    if not isinstance(env.single_action_space, gym.spaces.Discrete):
-        env.close()
+
+
+@register("dqn-cartpole", DQNConfig,
+          "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames on most seeds")
+def build_dqn(cfg: DQNConfig) -> Setup:
+    torch.manual_seed(cfg.seed)
+    device, replay_device = config_devices(cfg)
+    if cfg.async_collection:
+        _check_async(cfg, device, replay_device)
+    observation_space, action_space = env_spaces(env_source(cfg), wrappers=cfg.wrappers)  # one copy's
+    if not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError(
-            f"dqn needs a discrete action space; {env_label(cfg)} has {type(env.single_action_space).__name__} "
+            f"dqn needs a discrete action space; {env_label(cfg)} has {type(action_space).__name__} "
             "actions (use a continuous-control algorithm such as SAC)"
         )
-    num_actions = int(env.single_action_space.n)
+    num_actions = int(action_space.n)
     # pixels: the Nature CNN, then the MLP head; a Dict: an encoder per key (engine_rl.algos.encoders)
-    encoder = make_encoder(env.single_observation_space, owner=f"dqn ({env_label(cfg)})")
+    encoder = make_encoder(observation_space, owner=f"dqn ({env_label(cfg)})")
     if encoder is not None:
         qnet = nn.Sequential(encoder, mlp(encoder.features, num_actions, cfg.hidden))
     else:
-        qnet = mlp(int(env.single_observation_space.shape[0]), num_actions, cfg.hidden)
+        qnet = mlp(int(observation_space.shape[0]), num_actions, cfg.hidden)
     qnet.to(device)
     greedy = QValuePolicy(qnet)
     explore = EpsilonGreedy(
         greedy, num_actions=num_actions, eps_start=cfg.eps_start, eps_end=cfg.eps_end,
         annealing_frames=cfg.eps_frames, seed=cfg.seed,
     )
-    if not cfg.async_collection:
-        collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
-                                 info_keys=cfg.info_keys, device=device, storing_device=replay_device)
     loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
     optimizer = adam(qnet.parameters(), lr=cfg.lr)
 
@@ -245,16 +260,16 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         if cfg.prioritized
         else UniformSampler()
     )
-    if cfg.async_collection:  # shared memory the worker process writes
+    if cfg.async_collection:  # the worker builds its own env copies and writes the buffer (shared memory)
         buffer = SharedReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed)
-    else:
-        buffer = ReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed, device=replay_device,
-                              storage=cfg.replay_storage)
-    if cfg.async_collection:  # the worker builds its own env copies and writes the buffer itself
-        env.close()
         env_fn = partial(recipe_vec_env, cfg, cfg.num_envs)
         collector = AsyncCollector(env_fn, explore, frames_per_batch=cfg.frames_per_batch, buffer=buffer, seed=cfg.seed,
                                    info_keys=cfg.info_keys)
+    else:
+        buffer = ReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed, device=replay_device,
+                              storage=cfg.replay_storage)
+        env = recipe_env(cfg, cfg.num_envs, device)
+        collector = recipe_collector(cfg, env, explore, device=device, storing_device=replay_device)
 
     trainer = create_trainer(
         collector, compile_loss(loss, enabled=cfg.compile), optimizer,
@@ -287,7 +302,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     else:
         TargetNetUpdater(qnet, loss.target_qnet, tau=cfg.target_tau).attach(trainer)
 
-    eval_env = recipe_vec_env(cfg, min(cfg.eval_episodes, 16))
+    eval_env = recipe_env(cfg, min(cfg.eval_episodes, 16), device)
     validation = ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                                    seed=cfg.eval_seed, info_keys=cfg.info_keys)
     validation.attach(trainer)

@@ -1,8 +1,9 @@
-"""Where a recipe's envs come from: its ``make_env`` callable if set, else its registered ``env_id``.
+"""Where a recipe's envs come from: its ``make_env`` callable if set, else its registered ``env_id``;
+with ``env_backend='torch'``, the batched torch version of ``env_id`` (:mod:`engine_rl.envs`).
 
-Every recipe config has ``env_id``, ``make_env``, ``vectorization`` and ``wrappers``; the
-builders make their training and evaluation envs with :func:`recipe_vec_env` and name the env
-in messages with :func:`env_label`.
+Every recipe config has ``env_id``, ``make_env``, ``env_backend``, ``vectorization`` and
+``wrappers``; the builders make their training and evaluation envs with :func:`recipe_env`,
+collect from them with :func:`recipe_collector` and name the env in messages with :func:`env_label`.
 
 Examples:
     >>> from functools import partial
@@ -21,12 +22,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from gymnasium.vector import VectorEnv
 
+from engine_rl.collectors import GymCollector, TorchEnvCollector
+from engine_rl.collectors.base import BatchCollector
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, resolve_callable
 from engine_rl.collectors.envs import make_vec_env
+from engine_rl.envs import TorchEnv, make_torch_env
 
-__all__ = ["env_label", "env_source", "recipe_vec_env"]
+__all__ = ["env_label", "env_source", "recipe_collector", "recipe_env", "recipe_vec_env"]
 
 
 def env_source(cfg: Any) -> str | EnvFactory:
@@ -44,3 +49,23 @@ def env_label(cfg: Any) -> str:
 def recipe_vec_env(cfg: Any, num_envs: int) -> VectorEnv:
     """``num_envs`` copies of the config's env, vectorized and wrapped as the config says."""
     return make_vec_env(env_source(cfg), num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
+
+
+def recipe_env(cfg: Any, num_envs: int, device: torch.device) -> VectorEnv | TorchEnv:
+    """``num_envs`` copies of the config's env: the torch version on ``device`` with
+    ``env_backend='torch'`` (stepped there, no numpy round trip), else :func:`recipe_vec_env`."""
+    if cfg.env_backend == "torch":
+        return make_torch_env(cfg.env_id, num_envs, device=device)
+    return recipe_vec_env(cfg, num_envs)
+
+
+def recipe_collector(
+    cfg: Any, env: VectorEnv | TorchEnv, policy: Any, *, device: torch.device, storing_device: torch.device
+) -> BatchCollector:
+    """The collector of ``env`` (from :func:`recipe_env`): ``cfg.frames_per_batch`` frames per
+    batch, seeded by ``cfg.seed``; a gymnasium env's batches on ``storing_device``, with the
+    config's ``info_keys``; a torch env's on its own device."""
+    if isinstance(env, TorchEnv):
+        return TorchEnvCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
+    return GymCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed, info_keys=cfg.info_keys,
+                        device=device, storing_device=storing_device)

@@ -1,7 +1,7 @@
 """What the continuous-control off-policy recipes share: config fields, the env check, the build tail.
 
 ``sac-pendulum`` and ``td3-pendulum`` subclass :class:`OffPolicyConfig` and redeclare the fields
-whose defaults (and rl-zoo notes) differ; :func:`make_box_env` builds the training env and
+whose defaults (and rl-zoo notes) differ; :func:`box_spaces` reads the env's spaces and
 refuses one without a continuous action space; :func:`build_off_policy` assembles the rest
 (replay, trainer, evaluation) around a recipe's networks, loss and optimizers.
 """
@@ -17,17 +17,18 @@ from torch import nn
 
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.collectors.env_factory import EnvFactory
+from engine_rl.collectors.envs import env_spaces
 from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
 from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
-from engine_rl.recipes.env_source import env_label, recipe_vec_env
+from engine_rl.recipes.env_source import env_label, env_source, recipe_env
 from engine_rl.replay import ReplayBuffer
 from handlers import NaNGuard, ReplayExtender, ReplaySampler, ValidationRollout
 
-__all__ = ["OffPolicyConfig", "build_off_policy", "make_box_env", "observation_encoders"]
+__all__ = ["OffPolicyConfig", "box_spaces", "build_off_policy", "observation_encoders"]
 
 
 @dataclass(kw_only=True)
@@ -39,6 +40,10 @@ class OffPolicyConfig:
     size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
     evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
     ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
+    env_backend: str = "gymnasium"
+    """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
+    (``engine_rl.envs``: Pendulum-v1), stepped as tensors on the training device with no numpy round
+    trip; no wrappers, info_keys or make_env there."""
     num_envs: int = 1
     """Environment copies stepped together by the collector (rl-zoo: 1)."""
     vectorization: str = "auto"
@@ -113,6 +118,9 @@ class OffPolicyConfig:
         check.positive_ints("optim_steps_per_batch", optional=True)
         check.nonnegative_ints("learning_starts", "eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
+        check.choice("env_backend", ("gymnasium", "torch"))
+        if self.env_backend == "torch":
+            check.torch_env()
         check.choice("nonfinite", ("stop", "skip"))
         check.devices("device", "replay_device")
         check.positive("lr")
@@ -143,31 +151,32 @@ class OffPolicyConfig:
         return max(1, self.eval_every_frames // self.frames_per_batch)
 
 
-def make_box_env(cfg: OffPolicyConfig, *, algo: str) -> Any:
-    """The training vector env of ``cfg``; a ``ValueError`` naming ``algo`` if its actions are not a Box.
+def box_spaces(cfg: OffPolicyConfig, *, algo: str) -> tuple[gym.Space, gym.spaces.Box]:
+    """``(observation_space, action_space)`` of one copy of the config's env; a ``ValueError``
+    naming ``algo`` if its actions are not a Box.
 
     Examples:
-        >>> make_box_env(OffPolicyConfig(env_id="CartPole-v1"), algo="sac")
+        >>> box_spaces(OffPolicyConfig(env_id="CartPole-v1"), algo="sac")
         Traceback (most recent call last):
         ...
         ValueError: sac needs a continuous (Box) action space; CartPole-v1 has Discrete actions (use a discrete-action algorithm such as DQN)
     """
-    env = recipe_vec_env(cfg, cfg.num_envs)
-    space = env.single_action_space
-    if not isinstance(space, gym.spaces.Box):
-        env.close()
+    observation_space, action_space = env_spaces(env_source(cfg), wrappers=cfg.wrappers)
+    if not isinstance(action_space, gym.spaces.Box):
         raise ValueError(
-            f"{algo} needs a continuous (Box) action space; {env_label(cfg)} has {type(space).__name__} actions "
+            f"{algo} needs a continuous (Box) action space; {env_label(cfg)} has {type(action_space).__name__} actions "
             "(use a discrete-action algorithm such as DQN)"
         )
-    return env
+    return observation_space, action_space
 
 
-def observation_encoders(cfg: OffPolicyConfig, env: Any, *, algo: str) -> tuple[nn.Module | None, nn.Module | None]:
-    """``(actor_encoder, critic_encoder)`` for the env's observation space: two independent
+def observation_encoders(
+    cfg: OffPolicyConfig, observation_space: gym.Space, *, algo: str
+) -> tuple[nn.Module | None, nn.Module | None]:
+    """``(actor_encoder, critic_encoder)`` for ``observation_space``: two independent
     :func:`~engine_rl.algos.encoders.make_encoder` (``(None, None)`` for a 1-D Box)."""
-    space, owner = env.single_observation_space, f"{algo} ({env_label(cfg)})"
-    return make_encoder(space, owner=owner), make_encoder(space, owner=owner)
+    owner = f"{algo} ({env_label(cfg)})"
+    return make_encoder(observation_space, owner=owner), make_encoder(observation_space, owner=owner)
 
 
 def build_off_policy(
@@ -203,7 +212,7 @@ def build_off_policy(
     ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size, device=device).attach(trainer)
 
-    eval_env = recipe_vec_env(cfg, min(cfg.eval_episodes, 16))
+    eval_env = recipe_env(cfg, min(cfg.eval_episodes, 16), device)
     ValidationRollout(eval_env, eval_policy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                       seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
     return Setup(

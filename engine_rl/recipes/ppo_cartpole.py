@@ -24,16 +24,15 @@ from torch import nn
 from engine_rl.collectors.env_factory import EnvFactory
 from engine_rl.algos.policies import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
-from engine_rl.collectors import GymCollector, TorchEnvCollector
 from engine_rl.collectors.envs import env_spaces
 from engine_rl.compile import compile_loss
 from engine_rl.device import resolve_device
 from engine_rl.engine import create_trainer
-from engine_rl.envs import TorchEnv, make_torch_env
+from engine_rl.envs import TorchEnv
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
-from engine_rl.recipes.env_source import env_label, env_source, recipe_vec_env
+from engine_rl.recipes.env_source import env_label, env_source, recipe_collector, recipe_env
 from handlers.advantage import GAEAdvantage
 from handlers.kl_stop import KLEarlyStop
 from handlers.minibatch import MinibatchSampler
@@ -62,7 +61,7 @@ class PPOConfig:
     env_backend: str = "gymnasium"
     """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
     (``engine_rl.envs``: CartPole-v1, Pendulum-v1), stepped as tensors with no numpy round trip,
-    for thousands of copies (``--set num_envs=4096``); no wrappers or info_keys there."""
+    for thousands of copies (``--set num_envs=4096``); no wrappers, info_keys or make_env there."""
     vectorization: str = "auto"
     """Gymnasium vectorization: 'auto' (the env's numpy-batched vector entry point if it registers
     one, else 'sync'), 'vector_entry_point', 'sync' or 'async'."""
@@ -189,10 +188,8 @@ class PPOConfig:
 
 
 def _make_env(cfg: PPOConfig, num_envs: int, device: torch.device) -> gym.vector.VectorEnv | TorchEnv:
-    if cfg.env_backend == "torch":  # actions are clamped to the bounds inside the torch envs
-        return make_torch_env(cfg.env_id, num_envs, device=device)
-    env = recipe_vec_env(cfg, num_envs)
-    if isinstance(env.single_action_space, gym.spaces.Box):
+    env = recipe_env(cfg, num_envs, device)  # the torch envs clamp actions to the bounds themselves
+    if not isinstance(env, TorchEnv) and isinstance(env.single_action_space, gym.spaces.Box):
         env = ClipAction(env)  # the policy's Gaussian samples are unbounded
     return env
 
@@ -217,11 +214,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
         env.close()
         raise
     greedy = policy.greedy()
-    if cfg.env_backend == "torch":
-        collector = TorchEnvCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed)
-    else:
-        collector = GymCollector(env, policy, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
-                                 info_keys=cfg.info_keys, device=device, storing_device=device)
+    collector = recipe_collector(cfg, env, policy, device=device, storing_device=device)
     loss = PPOLoss(
         policy, clip_epsilon=cfg.clip_epsilon, value_clip=cfg.value_clip, value_coef=cfg.value_coef,
         entropy_coef=cfg.entropy_coef, normalize_advantage=cfg.normalize_advantage,

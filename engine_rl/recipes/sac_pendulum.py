@@ -20,12 +20,12 @@ import torch
 
 from engine_rl.algos.actors import RandomWarmup, TanhGaussianActor
 from engine_rl.algos.sac import QEnsemble, SACLoss
-from engine_rl.collectors import GymCollector
 from engine_rl.device import config_devices
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import FieldChecks
-from engine_rl.recipes.off_policy import OffPolicyConfig, build_off_policy, make_box_env, observation_encoders
+from engine_rl.recipes.env_source import recipe_collector, recipe_env
+from engine_rl.recipes.off_policy import OffPolicyConfig, box_spaces, build_off_policy, observation_encoders
 from handlers import TargetNetUpdater
 
 __all__ = ["SACConfig", "build_sac"]
@@ -65,12 +65,11 @@ class SACConfig(OffPolicyConfig):
 def build_sac(cfg: SACConfig) -> Setup:
     torch.manual_seed(cfg.seed)
     device, replay_device = config_devices(cfg)
-    env = make_box_env(cfg, algo="sac")
-    space = env.single_action_space
+    observation_space, space = box_spaces(cfg, algo="sac")
     # 1-D Box: no encoder; images: a Nature CNN, a Dict: an encoder per key (engine_rl.algos.encoders),
     # one for the actor and one the critics share, each trained by its own loss
-    actor_encoder, critic_encoder = observation_encoders(cfg, env, algo="sac")
-    obs_dim = actor_encoder.features if actor_encoder is not None else int(env.single_observation_space.shape[0])
+    actor_encoder, critic_encoder = observation_encoders(cfg, observation_space, algo="sac")
+    obs_dim = actor_encoder.features if actor_encoder is not None else int(observation_space.shape[0])
 
     actor = TanhGaussianActor.build(obs_dim, space, hidden=cfg.hidden, encoder=actor_encoder)
     critic = QEnsemble(obs_dim, actor.action_dim, cfg.hidden, num_q=2, encoder=critic_encoder)
@@ -81,8 +80,8 @@ def build_sac(cfg: SACConfig) -> Setup:
     explore = RandomWarmup(actor, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
     loss.to(device)
     explore.to(device)
-    collector = GymCollector(env, explore, frames_per_batch=cfg.frames_per_batch, seed=cfg.seed,
-                             info_keys=cfg.info_keys, device=device, storing_device=replay_device)
+    env = recipe_env(cfg, cfg.num_envs, device)
+    collector = recipe_collector(cfg, env, explore, device=device, storing_device=replay_device)
     optimizers = {"actor": adam(actor.parameters(), lr=cfg.lr), "critic": adam(critic.parameters(), lr=cfg.lr)}
     if cfg.learn_alpha:
         optimizers["alpha"] = adam([loss.log_alpha], lr=cfg.lr)

@@ -48,9 +48,16 @@ ARGS = {
     "sac-pendulum Dict": ["--frames", "600", "--seed", "7", "--set", "env_id=support.user_envs:engine_rl_tests/DictReach-v0",
                           "--set", "learning_starts=200", "--set", "hidden=(16,)", "--set", "frames_per_batch=100",
                           "--set", "eval_every_frames=200", "--set", "eval_episodes=2", "--checkpoint-every", "1"],
+    # the batched torch envs (their state and counter generator) filling a replay
+    "dqn-cartpole torch": ["--frames", "2048", "--seed", "8", "--set", "env_backend=torch", "--set", "learning_starts=512",
+                           "--set", "optim_steps_per_batch=8", "--set", "hidden=(32,)", "--set", "eval_every=2",
+                           "--set", "eval_episodes=2", "--checkpoint-every", "2"],
+    "sac-pendulum torch": ["--frames", "600", "--seed", "9", "--set", "env_backend=torch", "--set", "num_envs=4",
+                           "--set", "learning_starts=200", "--set", "hidden=(16,)", "--set", "frames_per_batch=100",
+                           "--set", "eval_every_frames=200", "--set", "eval_episodes=2", "--checkpoint-every", "1"],
 }
 HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512, "dqn-cartpole Dict": 512,
-        "ppo-cartpole make_env": 512, "sac-pendulum Dict": 300}
+        "ppo-cartpole make_env": 512, "sac-pendulum Dict": 300, "dqn-cartpole torch": 1024, "sac-pendulum torch": 300}
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports support.user_envs
 
 
