@@ -11,7 +11,9 @@ after each reset, 4 frames per action with the max of the last two, 84x84 graysc
 the start of each life, the last 4 frames stacked. Rewards stay the game's own, so the
 reported episode returns are the game scores; the recipes clip the rewards the loss sees
 (``clip_rewards``). A lost life does not end the episode (Machado et al., 2018 recommend
-against it; CleanRL's ``EpisodicLifeEnv`` does).
+against it; CleanRL's ``EpisodicLifeEnv`` does). An id that skips frames itself (``ALE/Pong-v5``:
+4 frames, and sticky actions) is made with ``frameskip=1`` (:func:`single_frame_kwargs`) and
+keeps its sticky actions.
 
 Examples:
     >>> import gymnasium as gym, ale_py
@@ -27,13 +29,35 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["ATARI_WRAPPERS", "FireOnLifeStart"]
+__all__ = ["ATARI_WRAPPERS", "FireOnLifeStart", "single_frame_kwargs"]
 
 ATARI_WRAPPERS = (
     "AtariPreprocessing(noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)",
     "FireOnLifeStart",
     "FrameStackObservation(stack_size=4)",
 )
+
+
+def single_frame_kwargs(env_id: Any, env_kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``env_kwargs`` with ``frameskip=1`` added when ``env_id`` is registered to skip frames itself
+    (``ALE/*-v5``: 4), since :data:`ATARI_WRAPPERS` skip frames; unchanged for any other id, for a
+    ``frameskip`` already given, and for values the config checks will refuse.
+
+    Examples:
+        >>> single_frame_kwargs("ALE/Pong-v5", None), single_frame_kwargs("PongNoFrameskip-v4", None)
+        ({'frameskip': 1}, None)
+        >>> single_frame_kwargs("ALE/Pong-v5", {"obs_type": "grayscale", "frameskip": 2})
+        {'obs_type': 'grayscale', 'frameskip': 2}
+    """
+    from engine_rl.collectors.envs import env_spec  # (envs imports this module's wrapper)
+
+    if not isinstance(env_kwargs, (dict, type(None))) or "frameskip" in (env_kwargs or {}):
+        return env_kwargs
+    try:
+        skips = env_spec(env_id).kwargs.get("frameskip", 1) != 1
+    except ValueError:  # not a registered id: its own check says so
+        return env_kwargs
+    return {**(env_kwargs or {}), "frameskip": 1} if skips else env_kwargs
 
 
 class FireOnLifeStart(gym.Wrapper):

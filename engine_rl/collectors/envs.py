@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
 import gymnasium as gym
 import torch
-from gymnasium.envs.registration import EnvSpec
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, make_checked_env
@@ -79,15 +80,16 @@ _SPACES: dict[tuple[Any, tuple[str, ...]], tuple[EnvSpec | None, gym.Space, gym.
 
 
 def env_spaces(
-    env_id: str | EnvFactory, *, wrappers: tuple[str, ...] = (), owner: str = "env_spaces"
+    env_id: str | EnvFactory, *, wrappers: tuple[str, ...] = (), env_kwargs: Mapping[str, Any] | None = None,
+    owner: str = "env_spaces",
 ) -> tuple[gym.Space, gym.Space]:
     """``(observation_space, action_space)`` of one copy of ``env_id`` (a registered id, or a
-    callable making one env, :mod:`engine_rl.collectors.env_factory`), wrapped by ``wrappers``
-    (names, see :mod:`engine_rl.collectors.wrappers`).
+    callable making one env, :mod:`engine_rl.collectors.env_factory`), made with ``env_kwargs``
+    and wrapped by ``wrappers`` (names, see :mod:`engine_rl.collectors.wrappers`).
 
-    The env is made once per registration (or callable) and wrappers, then closed, and its spaces
-    kept; a ``ValueError`` naming ``owner`` if the id is not registered, the env cannot be made or
-    a wrapper does not apply.
+    The env is made once per registration (or callable), keyword arguments and wrappers, then
+    closed, and its spaces kept; a ``ValueError`` naming ``owner`` if the id is not registered,
+    the env cannot be made or a wrapper does not apply.
 
     Examples:
         >>> env_spaces("CartPole-v1")
@@ -95,20 +97,24 @@ def env_spaces(
     """
     spec = None if callable(env_id) else env_spec(env_id, owner=owner)
     wraps = parse_wrappers(wrappers, owner=owner)
-    key = (env_id, tuple(wrappers))
+    kwargs = dict(env_kwargs or {})
+    key = (env_id, tuple(wrappers), tuple(sorted(kwargs.items())))
     try:
         cached = _SPACES.get(key)
-    except TypeError:  # a callable that cannot be hashed: made every time
+    except TypeError:  # a callable or an argument that cannot be hashed: made every time
         key, cached = None, None
     if cached is not None and cached[0] is spec:
         return cached[1], cached[2]
     if spec is None:
-        env = make_checked_env(env_id, owner=owner)
+        env = make_checked_env(env_id, owner=owner, **kwargs)
     else:
         try:
-            env = gym.make(env_id)
+            env = gym.make(env_id, **kwargs)
         except Exception as err:  # noqa: BLE001  (a missing dependency, a failing constructor, ...)
-            raise ValueError(f"{owner}: env_id {env_id!r} cannot be made: {type(err).__name__}: {err}") from err
+            with_kwargs = f" with env_kwargs {kwargs}" if kwargs else ""
+            raise ValueError(
+                f"{owner}: env_id {env_id!r} cannot be made{with_kwargs}: {type(err).__name__}: {err}"
+            ) from err
     try:
         env = apply_wrappers(env, wraps, owner=owner)
         spaces = env.observation_space, env.action_space
@@ -143,8 +149,8 @@ def make_vec_env(
         num_envs: number of env copies (a positive int).
         mode: ``"vector_entry_point"`` (numpy-vectorized, e.g. CartPole; always next-step
             autoreset), ``"sync"`` or ``"async"``. ``None`` or ``"auto"``: the vector entry point
-            when the id registers one (and no ``wrappers`` are given), else ``"sync"`` (always for a
-            callable).
+            when the id registers one that takes the ``env_kwargs`` (and no ``wrappers`` are given), else
+            ``"sync"`` (always for a callable).
         autoreset_mode: for ``"sync"``/``"async"`` only; defaults to ``AutoresetMode.SAME_STEP``
             (every step is a transition, the final observation is in ``infos["final_obs"]``).
             Collectors handle both same-step and next-step envs.
@@ -174,7 +180,8 @@ def make_vec_env(
     has_vector = not from_callable and env_spec(env_id, owner="make_vec_env").vector_entry_point is not None
     wraps = parse_wrappers(wrappers, owner="make_vec_env")
     if mode is None or mode == "auto":
-        mode = "vector_entry_point" if has_vector and not wraps else "sync"
+        vector = has_vector and not wraps and _vector_entry_point_takes(env_spec(env_id), env_kwargs)
+        mode = "vector_entry_point" if vector else "sync"
     vector_kwargs: dict[str, Any] = {}
     if mode == "vector_entry_point" and wraps:
         raise ValueError(
@@ -211,6 +218,14 @@ def make_vec_env(
         vector_kwargs=vector_kwargs,
         **env_kwargs,
     )
+
+
+def _vector_entry_point_takes(spec: EnvSpec, env_kwargs: Mapping[str, Any]) -> bool:
+    """Whether the vector entry point of ``spec`` accepts ``env_kwargs`` (ale_py's does not take ``obs_type``)."""
+    entry = spec.vector_entry_point
+    creator = entry if callable(entry) else load_env_creator(entry)
+    params = inspect.signature(creator).parameters
+    return any(p.kind is p.VAR_KEYWORD for p in params.values()) or set(env_kwargs) <= set(params)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -63,7 +63,7 @@ def evaluate_checkpoint(
         )
         if evaluator is None:
             n = episodes or getattr(config, "eval_episodes", 10)
-            env = recipe_vec_env(config, min(n, 16))
+            env = recipe_vec_env(config, min(n, 16), evaluation=True)
             setup.closers.append(env.close)
             evaluator = create_evaluator(env, setup.eval_policy, num_episodes=n, seed=getattr(config, "eval_seed", 0),
                                          info_keys=getattr(config, "info_keys", ()))

@@ -125,6 +125,11 @@ class FieldChecks:
         self._each(names, lambda v: isinstance(v, tuple) and all(isinstance(k, str) and k for k in v)
                    and len(set(v)) == len(v), "a tuple of distinct non-empty strings", False)
 
+    def kwargs(self, *names: str) -> None:
+        """Keyword arguments: a dict with str keys that are Python names, or None."""
+        self._each(names, lambda v: isinstance(v, dict) and all(isinstance(k, str) and k.isidentifier() for k in v),
+                   "a dict of keyword arguments (str keys)", True)
+
     def devices(self, *names: str) -> None:
         """Device names: 'auto', 'cpu', 'cuda' or 'cuda:N' (whether CUDA is there is checked at build time)."""
         self._each(names, is_device_name, DEVICE_NAMES, False)
@@ -147,7 +152,7 @@ class FieldChecks:
                 f"{self.owner}: env_backend 'torch' needs an env_id with a torch version ({', '.join(sorted(TORCH_ENVS))}), "
                 f"got {self.config.env_id!r}"
             )
-        for name in ("wrappers", "info_keys"):
+        for name in ("wrappers", "info_keys", "env_kwargs"):
             if getattr(self.config, name, ()):
                 raise ValueError(
                     f"{self.owner}: {name} {getattr(self.config, name)} are gymnasium options; env_backend 'torch' "
@@ -176,7 +181,7 @@ class FieldChecks:
         source = env_source(self.config)
         spec = None if callable(source) else env_spec(source, owner=self.owner)
         wrappers = getattr(self.config, "wrappers", ())
-        observation, action = env_spaces(source, wrappers=wrappers, owner=self.owner)
+        observation, action = env_spaces(source, wrappers=wrappers, env_kwargs=self.config.env_kwargs, owner=self.owner)
         label = env_label(self.config)
         fix = "set env_id to" if self.config.make_env is None else "make_env must make"
         discrete = isinstance(action, gym.spaces.Discrete)

@@ -81,6 +81,13 @@ def _coerce(name: str, text: str, annotation: Any, owner: str) -> Any:
             value = (value,)
         if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
             return tuple(value)
+    elif origin is dict:  # keyword arguments: "{'map_name': '8x8'}"
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = None
+        if isinstance(value, dict):
+            return value
     elif origin is tuple:
         try:
             value = ast.literal_eval(text)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_rl.collectors.atari import ATARI_WRAPPERS
+from engine_rl.collectors.atari import ATARI_WRAPPERS, single_frame_kwargs
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.dqn_cartpole import DQNConfig, build_dqn
 
@@ -28,7 +28,8 @@ __all__ = ["DQNAtariConfig"]
 @dataclass(kw_only=True)
 class DQNAtariConfig(DQNConfig):
     env_id: str = "BreakoutNoFrameskip-v4"
-    """Gymnasium id of an Atari game without frame skip (the wrappers skip frames)."""
+    """Gymnasium id of an Atari game: a ``NoFrameskip-v4`` id, or an ``ALE/*-v5`` id (made with frameskip=1,
+    keeping v5's sticky actions) without frame skip (the wrappers skip frames)."""
     wrappers: tuple[str, ...] = ATARI_WRAPPERS
     """Atari preprocessing (engine_rl.collectors.atari.ATARI_WRAPPERS): no-op starts, frame skip 4,
     84x84 grayscale, FIRE at each life's start, 4 stacked frames."""
@@ -64,6 +65,11 @@ class DQNAtariConfig(DQNConfig):
     """Hard target-network copy every 250 optim steps = 1,000 frames (rl-zoo: target_update_interval 1000)."""
     eval_every: int = 392
     """Evaluate every this many batches (392 x 256 = 100,352 frames) and at the end of the run."""
+
+    def __post_init__(self) -> None:
+        if self.make_env is None:  # ALE/*-v5 skips frames itself: made with frameskip=1 for the wrappers
+            self.env_kwargs = single_frame_kwargs(self.env_id, self.env_kwargs)
+        super().__post_init__()
 
 
 @register("dqn-atari", DQNAtariConfig, "DQN on Atari Breakout (rl-zoo's Atari values, Nature CNN); any Atari game")

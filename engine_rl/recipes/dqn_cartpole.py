@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
+from typing import Any
 from functools import partial
 
 import gymnasium as gym
@@ -24,7 +25,6 @@ from engine_rl.collectors.env_factory import EnvFactory, callable_name
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.collectors import AsyncCollector
-from engine_rl.collectors.envs import env_spaces
 from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
@@ -32,7 +32,7 @@ from engine_rl.exploration import EpsilonGreedy
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
-from engine_rl.recipes.env_source import env_label, env_source, recipe_collector, recipe_env, recipe_vec_env
+from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces, recipe_vec_env
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
 from handlers import (
     GradClipper,
@@ -58,6 +58,9 @@ class DQNConfig:
     size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
     evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
     ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
+    env_kwargs: dict[str, Any] | None = None
+    """Keyword arguments of ``gymnasium.make`` (or of ``make_env``), as Python literals, e.g. ``--set
+    "env_kwargs={'map_name': '8x8', 'is_slippery': False}"`` or ``{'obs_type': 'ram'}``; None by default."""
     env_backend: str = "gymnasium"
     """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
     (``engine_rl.envs``: CartPole-v1), stepped as tensors on the training device with no numpy round
@@ -175,6 +178,7 @@ class DQNConfig:
         check.nonnegative("alpha")
         check.widths("hidden")
         check.names("info_keys", "wrappers")
+        check.kwargs("env_kwargs")
         check.bools("double", "prioritized", "async_collection", "compile", "clip_rewards")
         check.choice("replay_storage", ("memory", "memmap"))
         if self.frames_per_batch % self.num_envs:
@@ -232,7 +236,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     device, replay_device = config_devices(cfg)
     if cfg.async_collection:
         _check_async(cfg, device, replay_device)
-    observation_space, action_space = env_spaces(env_source(cfg), wrappers=cfg.wrappers)  # one copy's
+    observation_space, action_space = recipe_spaces(cfg)  # one copy's
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError(
             f"dqn needs a discrete action space; {env_label(cfg)} has {type(action_space).__name__} "
@@ -302,7 +306,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     else:
         TargetNetUpdater(qnet, loss.target_qnet, tau=cfg.target_tau).attach(trainer)
 
-    eval_env = recipe_env(cfg, min(cfg.eval_episodes, 16), device)
+    eval_env = recipe_env(cfg, min(cfg.eval_episodes, 16), device, evaluation=True)
     validation = ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                                    seed=cfg.eval_seed, info_keys=cfg.info_keys)
     validation.attach(trainer)

@@ -22,16 +22,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import torch
 from gymnasium.vector import VectorEnv
 
 from engine_rl.collectors import GymCollector, TorchEnvCollector
 from engine_rl.collectors.base import BatchCollector
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, resolve_callable
-from engine_rl.collectors.envs import make_vec_env
+from engine_rl.collectors.envs import env_spaces, env_spec, make_vec_env
 from engine_rl.envs import TorchEnv, make_torch_env
 
-__all__ = ["env_label", "env_source", "recipe_collector", "recipe_env", "recipe_vec_env"]
+__all__ = ["EVAL_STEP_CAP", "env_label", "env_source", "recipe_collector", "recipe_env", "recipe_spaces", "recipe_vec_env"]
 
 
 def env_source(cfg: Any) -> str | EnvFactory:
@@ -46,17 +47,46 @@ def env_label(cfg: Any) -> str:
     return cfg.env_id if cfg.make_env is None else f"make_env {callable_name(cfg.make_env)}"
 
 
-def recipe_vec_env(cfg: Any, num_envs: int) -> VectorEnv:
-    """``num_envs`` copies of the config's env, vectorized and wrapped as the config says."""
-    return make_vec_env(env_source(cfg), num_envs, mode=cfg.vectorization, wrappers=cfg.wrappers)
+#: Steps after which an evaluation episode ends (truncated) when the env sets no time limit of its
+#: own (CliffWalking-v1, Blackjack-v1, a ``make_env`` without ``TimeLimit``), so that a greedy
+#: policy that never reaches the end cannot stall the run. Above the limits Gymnasium registers and
+#: ALE's own end of an Atari episode (108,000 frames: 27,000 steps with frame skip 4).
+EVAL_STEP_CAP = 100_000
 
 
-def recipe_env(cfg: Any, num_envs: int, device: torch.device) -> VectorEnv | TorchEnv:
+def recipe_vec_env(cfg: Any, num_envs: int, *, evaluation: bool = False) -> VectorEnv:
+    """``num_envs`` copies of the config's env, vectorized and wrapped as the config says; for
+    ``evaluation``, episodes of an env with no time limit end after :data:`EVAL_STEP_CAP` steps."""
+    wrappers = tuple(cfg.wrappers)
+    if evaluation and not _has_time_limit(cfg):
+        wrappers = (*wrappers, f"TimeLimit(max_episode_steps={EVAL_STEP_CAP})")
+    return make_vec_env(env_source(cfg), num_envs, mode=cfg.vectorization, wrappers=wrappers, **(cfg.env_kwargs or {}))
+
+
+def recipe_spaces(cfg: Any) -> tuple[gym.Space, gym.Space]:
+    """``(observation_space, action_space)`` of one copy of the config's env (made with its
+    ``env_kwargs``, wrapped by its ``wrappers``); the torch envs have their gymnasium twin's spaces."""
+    return env_spaces(env_source(cfg), wrappers=cfg.wrappers, env_kwargs=cfg.env_kwargs, owner=type(cfg).__name__)
+
+
+def _has_time_limit(cfg: Any) -> bool:
+    """Whether episodes of the config's env end by a time limit of their own (or cannot be wrapped:
+    a vector entry point batches its copies itself)."""
+    if any(name.strip().startswith("TimeLimit") for name in cfg.wrappers) or "max_episode_steps" in (cfg.env_kwargs or {}):
+        return True
+    if cfg.make_env is not None:
+        return False
+    spec = env_spec(cfg.env_id, owner=type(cfg).__name__)
+    return spec.max_episode_steps is not None or cfg.vectorization == "vector_entry_point"
+
+
+def recipe_env(cfg: Any, num_envs: int, device: torch.device, *, evaluation: bool = False) -> VectorEnv | TorchEnv:
     """``num_envs`` copies of the config's env: the torch version on ``device`` with
-    ``env_backend='torch'`` (stepped there, no numpy round trip), else :func:`recipe_vec_env`."""
+    ``env_backend='torch'`` (stepped there, no numpy round trip; its episodes have their time
+    limit), else :func:`recipe_vec_env` (``evaluation``: with :data:`EVAL_STEP_CAP`)."""
     if cfg.env_backend == "torch":
         return make_torch_env(cfg.env_id, num_envs, device=device)
-    return recipe_vec_env(cfg, num_envs)
+    return recipe_vec_env(cfg, num_envs, evaluation=evaluation)
 
 
 def recipe_collector(

@@ -17,14 +17,13 @@ from torch import nn
 
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.collectors.env_factory import EnvFactory
-from engine_rl.collectors.envs import env_spaces
 from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
 from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
-from engine_rl.recipes.env_source import env_label, env_source, recipe_env
+from engine_rl.recipes.env_source import env_label, recipe_env, recipe_spaces
 from engine_rl.replay import ReplayBuffer
 from handlers import NaNGuard, ReplayExtender, ReplaySampler, ValidationRollout
 
@@ -40,6 +39,9 @@ class OffPolicyConfig:
     size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
     evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
     ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
+    env_kwargs: dict[str, Any] | None = None
+    """Keyword arguments of ``gymnasium.make`` (or of ``make_env``), as Python literals, e.g. ``--set
+    "env_kwargs={'map_name': '8x8', 'is_slippery': False}"`` or ``{'obs_type': 'ram'}``; None by default."""
     env_backend: str = "gymnasium"
     """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
     (``engine_rl.envs``: Pendulum-v1), stepped as tensors on the training device with no numpy round
@@ -128,6 +130,7 @@ class OffPolicyConfig:
         check.fractions("tau", zero=False)
         check.widths("hidden")
         check.names("info_keys", "wrappers")
+        check.kwargs("env_kwargs")
         check.choice("precision", PRECISIONS)
         check.bools("compile")
         if self.frames_per_batch % self.num_envs:
@@ -161,7 +164,7 @@ def box_spaces(cfg: OffPolicyConfig, *, algo: str) -> tuple[gym.Space, gym.space
         ...
         ValueError: sac needs a continuous (Box) action space; CartPole-v1 has Discrete actions (use a discrete-action algorithm such as DQN)
     """
-    observation_space, action_space = env_spaces(env_source(cfg), wrappers=cfg.wrappers)
+    observation_space, action_space = recipe_spaces(cfg)
     if not isinstance(action_space, gym.spaces.Box):
         raise ValueError(
             f"{algo} needs a continuous (Box) action space; {env_label(cfg)} has {type(action_space).__name__} actions "
@@ -212,7 +215,7 @@ def build_off_policy(
     ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size, device=device).attach(trainer)
 
-    eval_env = recipe_env(cfg, min(cfg.eval_episodes, 16), device)
+    eval_env = recipe_env(cfg, min(cfg.eval_episodes, 16), device, evaluation=True)
     ValidationRollout(eval_env, eval_policy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                       seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
     return Setup(

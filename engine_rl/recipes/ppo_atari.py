@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_rl.collectors.atari import ATARI_WRAPPERS
+from engine_rl.collectors.atari import ATARI_WRAPPERS, single_frame_kwargs
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.ppo_cartpole import PPOConfig, build_ppo
 
@@ -30,7 +30,8 @@ __all__ = ["PPOAtariConfig"]
 @dataclass(kw_only=True)
 class PPOAtariConfig(PPOConfig):
     env_id: str = "BreakoutNoFrameskip-v4"
-    """Gymnasium id of an Atari game without frame skip (the wrappers skip frames; CleanRL: BreakoutNoFrameskip-v4)."""
+    """Gymnasium id of an Atari game: a ``NoFrameskip-v4`` id, or an ``ALE/*-v5`` id (made with frameskip=1,
+    keeping v5's sticky actions) without frame skip (the wrappers skip frames; CleanRL: BreakoutNoFrameskip-v4)."""
     wrappers: tuple[str, ...] = ATARI_WRAPPERS
     """Atari preprocessing (engine_rl.collectors.atari.ATARI_WRAPPERS): no-op starts, frame skip 4,
     84x84 grayscale, FIRE at each life's start, 4 stacked frames."""
@@ -66,6 +67,11 @@ class PPOAtariConfig(PPOConfig):
     """Give the loss the sign of each reward (CleanRL: ClipRewardEnv); reported returns stay the game score."""
     eval_every: int = 100
     """Evaluate every this many batches (100 x 1,024 = 102,400 frames) and at the end of the run."""
+
+    def __post_init__(self) -> None:
+        if self.make_env is None:  # ALE/*-v5 skips frames itself: made with frameskip=1 for the wrappers
+            self.env_kwargs = single_frame_kwargs(self.env_id, self.env_kwargs)
+        super().__post_init__()
 
 
 @register("ppo-atari", PPOAtariConfig, "PPO on Atari Breakout (CleanRL's ppo_atari defaults, Nature CNN); any Atari game")

@@ -15,6 +15,7 @@ minibatch steps (``MinibatchSampler``), gradient clipping, optional KL early sto
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -24,7 +25,6 @@ from torch import nn
 from engine_rl.collectors.env_factory import EnvFactory
 from engine_rl.algos.policies import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
-from engine_rl.collectors.envs import env_spaces
 from engine_rl.compile import compile_loss
 from engine_rl.device import resolve_device
 from engine_rl.engine import create_trainer
@@ -32,7 +32,7 @@ from engine_rl.envs import TorchEnv
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
-from engine_rl.recipes.env_source import env_label, env_source, recipe_collector, recipe_env
+from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces
 from handlers.advantage import GAEAdvantage
 from handlers.kl_stop import KLEarlyStop
 from handlers.minibatch import MinibatchSampler
@@ -56,6 +56,9 @@ class PPOConfig:
     size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
     evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
     ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
+    env_kwargs: dict[str, Any] | None = None
+    """Keyword arguments of ``gymnasium.make`` (or of ``make_env``), as Python literals, e.g. ``--set
+    "env_kwargs={'map_name': '8x8', 'is_slippery': False}"`` or ``{'obs_type': 'ram'}``; None by default."""
     num_envs: int = 8
     """Environment copies stepped together by the collector (rl-zoo: n_envs)."""
     env_backend: str = "gymnasium"
@@ -164,6 +167,7 @@ class PPOConfig:
         check.finite("max_grad_norm", "log_std_init")
         check.widths("hidden")
         check.names("info_keys", "wrappers")
+        check.kwargs("env_kwargs")
         check.bools("normalize_advantage", "ortho_init", "normalize_observations", "normalize_rewards", "clip_rewards",
                     "compile")
         if self.batch_size > self.frames_per_batch:
@@ -187,8 +191,11 @@ class PPOConfig:
         return self.frames_per_batch // self.batch_size
 
 
-def _make_env(cfg: PPOConfig, num_envs: int, device: torch.device) -> gym.vector.VectorEnv | TorchEnv:
-    env = recipe_env(cfg, num_envs, device)  # the torch envs clamp actions to the bounds themselves
+def _make_env(
+    cfg: PPOConfig, num_envs: int, device: torch.device, *, evaluation: bool = False
+) -> gym.vector.VectorEnv | TorchEnv:
+    # the torch envs clamp actions to the bounds themselves
+    env = recipe_env(cfg, num_envs, device, evaluation=evaluation)
     if not isinstance(env, TorchEnv) and isinstance(env.single_action_space, gym.spaces.Box):
         env = ClipAction(env)  # the policy's Gaussian samples are unbounded
     return env
@@ -199,7 +206,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device, owner=type(cfg).__name__)
     env = _make_env(cfg, cfg.num_envs, device)
-    observation_space, action_space = env_spaces(env_source(cfg), wrappers=cfg.wrappers)  # one copy's
+    observation_space, action_space = recipe_spaces(cfg)  # one copy's
     # the values the policy writes while collecting are GAE's V(s) unless the observation
     # statistics change between collection and GAE (the normalizer updates first)
     reuse_values = not cfg.normalize_observations
@@ -251,7 +258,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     if cfg.target_kl is not None:
         KLEarlyStop(cfg.target_kl).attach(trainer)
 
-    eval_env = _make_env(cfg, min(cfg.eval_episodes, 16), device)
+    eval_env = _make_env(cfg, min(cfg.eval_episodes, 16), device, evaluation=True)
     ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
                       seed=cfg.eval_seed, info_keys=cfg.info_keys).attach(trainer)
 

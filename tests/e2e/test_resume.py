@@ -43,6 +43,7 @@ ARGS = {
                           "--set", "eval_episodes=2", "--checkpoint-every", "2"],
     # the env of a user's make_env, imported back from config.json by the new process
     "ppo-cartpole make_env": ["--frames", "1024", "--seed", "6", "--set", "make_env=support.user_envs:make_corridor",
+                              "--set", "env_kwargs={'max_episode_steps': 8}",
                               "--set", "eval_every=2", "--set", "eval_episodes=2", "--checkpoint-every", "1"],
     # SAC's actor and critic encoders (one per Dict key) and their targets; warm-up, then updates
     "sac-pendulum Dict": ["--frames", "600", "--seed", "7", "--set", "env_id=support.user_envs:engine_rl_tests/DictReach-v0",
