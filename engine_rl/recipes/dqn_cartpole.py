@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
-from typing import Any
 from functools import partial
 
 import gymnasium as gym
@@ -21,7 +20,7 @@ from ignite.engine import Events
 from ignite.handlers import PiecewiseLinear
 from torch import nn
 
-from engine_rl.collectors.env_factory import EnvFactory, callable_name
+from engine_rl.collectors.env_factory import callable_name
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.collectors import AsyncCollector
@@ -32,6 +31,7 @@ from engine_rl.exploration import EpsilonGreedy
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
+from engine_rl.recipes.env_options import EnvOptions
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces, recipe_vec_env
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
 from handlers import (
@@ -50,21 +50,9 @@ __all__ = ["DQNConfig", "build_dqn"]
 
 
 @dataclass(kw_only=True)
-class DQNConfig:
+class DQNConfig(EnvOptions):
     env_id: str = "CartPole-v1"
     """Gymnasium id of an environment with a discrete action space."""
-    make_env: EnvFactory | str | None = None
-    """For Python users: a callable that makes one env copy (a function, a class, ``functools.partial(MyEnv,
-    size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
-    evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
-    ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
-    env_kwargs: dict[str, Any] | None = None
-    """Keyword arguments of ``gymnasium.make`` (or of ``make_env``), as Python literals, e.g. ``--set
-    "env_kwargs={'map_name': '8x8', 'is_slippery': False}"`` or ``{'obs_type': 'ram'}``; None by default."""
-    env_backend: str = "gymnasium"
-    """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
-    (``engine_rl.envs``: CartPole-v1), stepped as tensors on the training device with no numpy round
-    trip; no wrappers, info_keys or make_env there."""
     num_envs: int = 32
     """Environment copies stepped together by the collector (rl-zoo: 1). More copies decorrelate
     each batch (8 steps of 32 episodes rather than 256 steps of one); 32 ended higher than 1-16

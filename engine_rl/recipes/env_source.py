@@ -1,9 +1,11 @@
 """Where a recipe's envs come from: its ``make_env`` callable if set, else its registered ``env_id``;
 with ``env_backend='torch'``, the batched torch version of ``env_id`` (:mod:`engine_rl.envs`).
 
-Every recipe config has ``env_id``, ``make_env``, ``env_backend``, ``vectorization`` and
-``wrappers``; the builders make their training and evaluation envs with :func:`recipe_env`,
-collect from them with :func:`recipe_collector` and name the env in messages with :func:`env_label`.
+Every recipe config has the fields of :class:`~engine_rl.recipes.env_options.EnvOptions` (``env_id``,
+``make_env``, ``env_kwargs``, ``env_backend``), ``vectorization`` and ``wrappers``; the builders read
+the spaces with :func:`recipe_spaces`, make their training and evaluation envs with
+:func:`recipe_env`, collect from them with :func:`recipe_collector` and name the env in messages
+with :func:`env_label`.
 
 Examples:
     >>> from functools import partial
@@ -32,7 +34,9 @@ from engine_rl.collectors.env_factory import EnvFactory, callable_name, resolve_
 from engine_rl.collectors.envs import env_spaces, env_spec, make_vec_env
 from engine_rl.envs import TorchEnv, make_torch_env
 
-__all__ = ["EVAL_STEP_CAP", "env_label", "env_source", "recipe_collector", "recipe_env", "recipe_spaces", "recipe_vec_env"]
+__all__ = [
+    "EVAL_STEP_CAP", "env_label", "env_source", "recipe_collector", "recipe_env", "recipe_spaces", "recipe_vec_env",
+]
 
 
 def env_source(cfg: Any) -> str | EnvFactory:
@@ -72,7 +76,9 @@ def recipe_spaces(cfg: Any) -> tuple[gym.Space, gym.Space]:
 def _has_time_limit(cfg: Any) -> bool:
     """Whether episodes of the config's env end by a time limit of their own (or cannot be wrapped:
     a vector entry point batches its copies itself)."""
-    if any(name.strip().startswith("TimeLimit") for name in cfg.wrappers) or "max_episode_steps" in (cfg.env_kwargs or {}):
+    if any(name.strip().startswith("TimeLimit") for name in cfg.wrappers):
+        return True
+    if "max_episode_steps" in (cfg.env_kwargs or {}):  # gymnasium.make's own argument
         return True
     if cfg.make_env is not None:
         return False

@@ -16,13 +16,13 @@ import torch
 from torch import nn
 
 from engine_rl.algos.encoders import make_encoder
-from engine_rl.collectors.env_factory import EnvFactory
 from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
 from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
+from engine_rl.recipes.env_options import EnvOptions
 from engine_rl.recipes.env_source import env_label, recipe_env, recipe_spaces
 from engine_rl.replay import ReplayBuffer
 from handlers import NaNGuard, ReplayExtender, ReplaySampler, ValidationRollout
@@ -31,21 +31,9 @@ __all__ = ["OffPolicyConfig", "box_spaces", "build_off_policy", "observation_enc
 
 
 @dataclass(kw_only=True)
-class OffPolicyConfig:
+class OffPolicyConfig(EnvOptions):
     env_id: str = "Pendulum-v1"
     """Gymnasium id of an environment with a continuous (Box) action space."""
-    make_env: EnvFactory | str | None = None
-    """For Python users: a callable that makes one env copy (a function, a class, ``functools.partial(MyEnv,
-    size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
-    evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
-    ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
-    env_kwargs: dict[str, Any] | None = None
-    """Keyword arguments of ``gymnasium.make`` (or of ``make_env``), as Python literals, e.g. ``--set
-    "env_kwargs={'map_name': '8x8', 'is_slippery': False}"`` or ``{'obs_type': 'ram'}``; None by default."""
-    env_backend: str = "gymnasium"
-    """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
-    (``engine_rl.envs``: Pendulum-v1), stepped as tensors on the training device with no numpy round
-    trip; no wrappers, info_keys or make_env there."""
     num_envs: int = 1
     """Environment copies stepped together by the collector (rl-zoo: 1)."""
     vectorization: str = "auto"

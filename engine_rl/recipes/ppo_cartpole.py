@@ -15,14 +15,12 @@ minibatch steps (``MinibatchSampler``), gradient clipping, optional KL early sto
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 import torch
 from gymnasium.wrappers.vector import ClipAction
 from torch import nn
 
-from engine_rl.collectors.env_factory import EnvFactory
 from engine_rl.algos.policies import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
 from engine_rl.compile import compile_loss
@@ -32,6 +30,7 @@ from engine_rl.envs import TorchEnv
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
+from engine_rl.recipes.env_options import EnvOptions
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces
 from handlers.advantage import GAEAdvantage
 from handlers.kl_stop import KLEarlyStop
@@ -48,23 +47,11 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
 @dataclass(kw_only=True)
-class PPOConfig:
+class PPOConfig(EnvOptions):
     env_id: str = "CartPole-v1"
     """Gymnasium id; Discrete (and MultiDiscrete) actions get a categorical policy, 1-D Box actions a Gaussian one."""
-    make_env: EnvFactory | str | None = None
-    """For Python users: a callable that makes one env copy (a function, a class, ``functools.partial(MyEnv,
-    size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
-    evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
-    ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
-    env_kwargs: dict[str, Any] | None = None
-    """Keyword arguments of ``gymnasium.make`` (or of ``make_env``), as Python literals, e.g. ``--set
-    "env_kwargs={'map_name': '8x8', 'is_slippery': False}"`` or ``{'obs_type': 'ram'}``; None by default."""
     num_envs: int = 8
     """Environment copies stepped together by the collector (rl-zoo: n_envs)."""
-    env_backend: str = "gymnasium"
-    """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
-    (``engine_rl.envs``: CartPole-v1, Pendulum-v1), stepped as tensors with no numpy round trip,
-    for thousands of copies (``--set num_envs=4096``); no wrappers, info_keys or make_env there."""
     vectorization: str = "auto"
     """Gymnasium vectorization: 'auto' (the env's numpy-batched vector entry point if it registers
     one, else 'sync'), 'vector_entry_point', 'sync' or 'async'."""
