@@ -63,7 +63,9 @@ def resolve_callable(value: Any, *, owner: str, field: str = "make_env") -> EnvF
         "with train(name, config, out, resume=True) and the same make_env"
     )
     if isinstance(value, str) and value.startswith("functools.partial("):
-        raise ValueError(f"{owner}: {field} {value!r} is a recorded partial, which cannot be imported{resumes_from_python}")
+        raise ValueError(
+            f"{owner}: {field} {value!r} is a recorded partial, which cannot be imported{resumes_from_python}"
+        )
     if not isinstance(value, str) or value.count(":") != 1 or not all(value.split(":")):
         raise ValueError(
             f"{owner}: {field} must be a callable returning a gymnasium.Env or 'module:function' naming one, "
@@ -92,7 +94,7 @@ def make_checked_env(fn: EnvFactory, *, owner: str = "make_env", **kwargs: Any) 
         raise ValueError(f"{owner}: make_env {callable_name(fn)} failed: {type(err).__name__}: {err}") from err
     if not isinstance(env, gym.Env):
         raise ValueError(
-            f"{owner}: make_env {callable_name(fn)} returned an object of type {type(env).__name__}, not a gymnasium.Env "
-            "(it must make one env copy; engine_rl vectorizes the copies)"
+            f"{owner}: make_env {callable_name(fn)} returned an object of type {type(env).__name__}, "
+            "not a gymnasium.Env (it must make one env copy; engine_rl vectorizes the copies)"
         )
     return env

@@ -76,7 +76,7 @@ def _import_registering_packages() -> None:
             pass
 
 
-_SPACES: dict[tuple[Any, tuple[str, ...]], tuple[EnvSpec | None, gym.Space, gym.Space]] = {}
+_SPACES: dict[tuple[Any, ...], tuple[EnvSpec | None, gym.Space, gym.Space]] = {}
 
 
 def env_spaces(
@@ -125,9 +125,12 @@ def env_spaces(
     return spaces
 
 
-def _make_one(make_env: EnvFactory, wrappers: Sequence[Callable[[gym.Env], gym.Env]], env_kwargs: dict[str, Any]) -> gym.Env:
+def _make_one(
+    make_env: EnvFactory, wrappers: Sequence[Callable[[gym.Env], gym.Env]], env_kwargs: dict[str, Any]
+) -> gym.Env:
     """One env copy of a ``make_env`` callable, wrapped (a top-level function, so async workers can pickle it)."""
-    return apply_wrappers(make_checked_env(make_env, owner="make_vec_env", **env_kwargs), wrappers, owner="make_vec_env")
+    env = make_checked_env(make_env, owner="make_vec_env", **env_kwargs)
+    return apply_wrappers(env, wrappers, owner="make_vec_env")
 
 
 def make_vec_env(
