@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["is_image_space", "is_multi_discrete"]
+__all__ = ["is_image_space", "is_multi_discrete", "is_vector_space"]
 
 
 def is_image_space(space: gym.Space) -> bool:
@@ -16,6 +16,17 @@ def is_image_space(space: gym.Space) -> bool:
         (True, False)
     """
     return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
+
+
+def is_vector_space(space: gym.Space) -> bool:
+    """A 1-D Box that an MLP reads as it is: any dtype but uint8 (bytes, such as Atari RAM, are
+    stored as bytes and cast to floats by an encoder).
+
+    Examples:
+        >>> is_vector_space(gym.spaces.Box(-1, 1, (4,))), is_vector_space(gym.spaces.Box(0, 255, (128,), np.uint8))
+        (True, False)
+    """
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 1 and space.dtype != np.uint8
 
 
 def is_multi_discrete(space: gym.Space) -> bool:

@@ -2,12 +2,14 @@
 
 :func:`make_encoder` picks one by the observation space:
 
-- a 1-D Box: none (the MLP reads the observation as it is);
+- a 1-D Box (not of bytes, :func:`engine_rl.spaces.is_vector_space`): none (the MLP reads the
+  observation as it is);
 - pixels (a uint8 Box of 2 or 3 dimensions, :func:`engine_rl.spaces.is_image_space`): the Nature
   CNN. Images may be ``(H, W)``, ``(C, H, W)`` as frame stacks give, or ``(H, W, C)`` as raw Atari
   frames are. The network scales bytes to [0, 1] on the device it runs on, so batches and replay
   keep the bytes (a quarter of float32's memory);
-- any other Box and MultiBinary: :class:`Flat`; Discrete and MultiDiscrete: :class:`OneHot`;
+- any other Box (bytes such as Atari RAM included, stored as bytes) and MultiBinary: :class:`Flat`;
+  Discrete and MultiDiscrete: :class:`OneHot`;
 - a Dict: :class:`DictEncoder`, one of the above per key (or the user's own), features concatenated.
 
 Every encoder has a ``features`` attribute: the width of what it returns.
@@ -25,7 +27,7 @@ from torch import nn
 
 from engine_rl.collectors.observations import ObservationField, observation_fields
 from engine_rl.keys import format_key
-from engine_rl.spaces import is_image_space
+from engine_rl.spaces import is_image_space, is_vector_space
 
 __all__ = ["DictEncoder", "Flat", "NatureCNN", "OneHot", "make_encoder"]
 
@@ -200,7 +202,7 @@ def make_encoder(space: gym.Space, *, encoders: Mapping[str | tuple[str, ...], n
     if encoders:
         raise ValueError(f"{owner}: encoders per key are for Dict observations, got {space}")
     (field,) = observation_fields(space, owner=owner)
-    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1 and not is_image_space(space):
+    if is_vector_space(space):
         return None
     return _leaf_encoder(space, field, owner)
 

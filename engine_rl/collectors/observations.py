@@ -4,8 +4,8 @@ A Box, Discrete, MultiBinary or MultiDiscrete observation is one entry, ``"obser
 ``Dict`` observation is one entry per leaf key under ``"observation"`` (``("observation", "image")``;
 nested Dicts nest further, ``("observation", "arm", "joints")``), so batches and replay hold a nested
 TensorDict and a network reads each key with its own encoder
-(:func:`~engine_rl.algos.encoders.make_encoder`). Stored dtypes: uint8 images
-(:func:`~engine_rl.spaces.is_image_space`) stay uint8, other Boxes and MultiBinary are float32,
+(:func:`~engine_rl.algos.encoders.make_encoder`). Stored dtypes: uint8 Boxes (images, Atari RAM)
+stay uint8, other Boxes and MultiBinary are float32,
 Discrete and MultiDiscrete indices are int64. Other spaces (Text, Tuple, Sequence, Graph) cannot be
 stored: :func:`observation_fields` refuses them, naming the key that holds them.
 """
@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from engine_rl.keys import NestedKey, format_key, nest_keys
-from engine_rl.spaces import is_image_space
 
 __all__ = ["ObservationField", "field_key", "nest_paths", "observation_fields", "pick", "stack_final"]
 
@@ -38,7 +37,7 @@ class ObservationField:
     shape: tuple[int, ...]
     """Shape of the leaf in one env copy (``()`` for Discrete)."""
     dtype: torch.dtype
-    """Stored dtype: uint8 for images, int64 for Discrete and MultiDiscrete, else float32."""
+    """Stored dtype: uint8 for uint8 Boxes (images, Atari RAM), int64 for Discrete and MultiDiscrete, else float32."""
 
 
 def observation_fields(space: gym.Space, *, owner: str = "observation_fields") -> tuple[ObservationField, ...]:
@@ -68,7 +67,7 @@ def _collect(space: gym.Space, path: tuple[str, ...], out: list[ObservationField
             _collect(sub, (*path, key), out, owner)
         return
     if isinstance(space, gym.spaces.Box):
-        dtype = torch.uint8 if is_image_space(space) else torch.float32
+        dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
     elif isinstance(space, gym.spaces.Discrete):
         dtype = torch.int64
     elif isinstance(space, gym.spaces.MultiBinary):

@@ -41,7 +41,7 @@ from engine_rl.collectors.envs import env_spaces, env_spec
 from engine_rl.device import DEVICE_NAMES, is_device_name
 from engine_rl.envs import TORCH_ENVS
 from engine_rl.recipes.env_source import env_label, env_source
-from engine_rl.spaces import is_image_space, is_multi_discrete
+from engine_rl.spaces import is_multi_discrete, is_vector_space
 
 __all__ = ["FieldChecks"]
 
@@ -204,8 +204,7 @@ class FieldChecks:
             raise ValueError(
                 f"{self.owner}: {algo} needs a Discrete, 1-D MultiDiscrete or 1-D Box action space; {label} has {action}"
             )
-        vector = (isinstance(observation, gym.spaces.Box) and len(observation.shape) == 1
-                  and not is_image_space(observation))
+        vector = is_vector_space(observation)
         if not vector and (normalized or not encoders):
             why = " with normalize_observations (set it false for other spaces)" if encoders else ""
             raise ValueError(

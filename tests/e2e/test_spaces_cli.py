@@ -81,6 +81,9 @@ def test_each_space_trains_a_few_batches_through_the_cli(case, tmp_path, capsys)
     assert np.isfinite(summary["eval_return_mean"])
     checkpoint = torch.load(summary["checkpoint"], weights_only=True)
     assert checkpoint["trainer"]["frames"] == int(args[1])
+    if "RAM" in case:  # bytes stay bytes in replay: a quarter of float32's memory
+        stored = checkpoint["replay"]["storage"]["data"]["observation"]
+        assert stored.dtype == torch.uint8 and stored.shape[1:] == (128,)
 
 
 @pytest.mark.parametrize("args, message", [

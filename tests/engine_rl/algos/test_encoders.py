@@ -67,7 +67,8 @@ def test_a_key_without_an_encoder_is_named_in_one_line():
 
 def test_non_dict_spaces():
     assert make_encoder(gym.spaces.Box(-1, 1, (4,))) is None  # the MLP reads a vector as it is
-    assert make_encoder(gym.spaces.Box(0, 255, (128,), np.uint8)) is None  # a byte vector (Atari RAM) too
+    ram = make_encoder(gym.spaces.Box(0, 255, (128,), np.uint8))  # bytes (Atari RAM), stored as bytes: cast
+    assert isinstance(ram, Flat) and ram(torch.full((2, 128), 255, dtype=torch.uint8)).tolist() == [[255.0] * 128] * 2
     assert isinstance(make_encoder(gym.spaces.Box(0, 255, (84, 84), np.uint8)), NatureCNN)
     assert make_encoder(gym.spaces.Box(-1, 1, (3, 4))).features == 12
     assert make_encoder(gym.spaces.MultiBinary(5)).features == 5

@@ -26,10 +26,11 @@ def test_fields_name_each_leaf_of_nested_dicts_with_its_stored_dtype():
         "arm": gym.spaces.Dict({"joints": gym.spaces.Box(-1, 1, (3,)), "gripper": gym.spaces.MultiBinary(2)}),
         "camera": gym.spaces.Box(0, 255, (3, 40, 40), np.uint8),
         "task": gym.spaces.MultiDiscrete([4, 2]),
+        "ram": gym.spaces.Box(0, 255, (128,), np.uint8),
     })
     assert [(f.path, f.shape, f.dtype) for f in observation_fields(space)] == [
         (("arm", "gripper"), (2,), torch.float32), (("arm", "joints"), (3,), torch.float32),
-        (("camera",), (3, 40, 40), torch.uint8), (("task",), (2,), torch.int64),
+        (("camera",), (3, 40, 40), torch.uint8), (("ram",), (128,), torch.uint8), (("task",), (2,), torch.int64),
     ]
     with pytest.raises(ValueError, match=r"^demo: observation key 'arm.notes' is Sequence\(Discrete\(3\), "
                                          r"stack=False\), which cannot be stored; each leaf must be a Box"):
