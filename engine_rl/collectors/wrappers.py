@@ -3,7 +3,8 @@
 A recipe's ``wrappers`` field is a tuple of such names; :func:`parse_wrappers` turns each into a
 callable applied to every env copy, in order (innermost first), before vectorization. A name is
 a single-env wrapper class of ``gymnasium.wrappers`` or one of engine_rl's own (:data:`OWN_WRAPPERS`:
-``FireOnLifeStart``, :mod:`engine_rl.collectors.atari`); keyword arguments, if any, are Python
+``FireOnLifeStart``, :mod:`engine_rl.collectors.atari`; ``EvaluationStepCap``,
+:mod:`engine_rl.collectors.step_cap`); keyword arguments, if any, are Python
 literals. Nothing is evaluated: the text is parsed, never run.
 
 Examples:
@@ -31,13 +32,16 @@ import gymnasium as gym
 import gymnasium.wrappers
 
 from engine_rl.collectors.atari import FireOnLifeStart
+from engine_rl.collectors.step_cap import EvaluationStepCap
 
 __all__ = ["OWN_WRAPPERS", "apply_wrappers", "parse_wrappers", "wrapper_names"]
 
 EnvWrapper = Callable[[gym.Env], gym.Env]
 
 #: engine_rl's wrappers that a ``wrappers`` entry may name beside gymnasium's.
-OWN_WRAPPERS: dict[str, type[gym.Wrapper]] = {"FireOnLifeStart": FireOnLifeStart}
+OWN_WRAPPERS: dict[str, type[gym.Wrapper]] = {
+    "FireOnLifeStart": FireOnLifeStart, "EvaluationStepCap": EvaluationStepCap,
+}
 
 
 def wrapper_names() -> list[str]:

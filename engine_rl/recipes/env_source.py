@@ -51,7 +51,8 @@ def env_label(cfg: Any) -> str:
     return cfg.env_id if cfg.make_env is None else f"make_env {callable_name(cfg.make_env)}"
 
 
-#: Steps after which an evaluation episode ends (truncated) when the env sets no time limit of its
+#: Steps after which an evaluation episode ends (truncated, with a warning:
+#: :class:`~engine_rl.collectors.step_cap.EvaluationStepCap`) when the env sets no time limit of its
 #: own (CliffWalking-v1, Blackjack-v1, a ``make_env`` without ``TimeLimit``), so that a greedy
 #: policy that never reaches the end cannot stall the run. Above the limits Gymnasium registers and
 #: ALE's own end of an Atari episode (108,000 frames: 27,000 steps with frame skip 4).
@@ -63,7 +64,7 @@ def recipe_vec_env(cfg: Any, num_envs: int, *, evaluation: bool = False) -> Vect
     ``evaluation``, episodes of an env with no time limit end after :data:`EVAL_STEP_CAP` steps."""
     wrappers = tuple(cfg.wrappers)
     if evaluation and not _has_time_limit(cfg):
-        wrappers = (*wrappers, f"TimeLimit(max_episode_steps={EVAL_STEP_CAP})")
+        wrappers = (*wrappers, f"EvaluationStepCap(max_episode_steps={EVAL_STEP_CAP})")
     return make_vec_env(env_source(cfg), num_envs, mode=cfg.vectorization, wrappers=wrappers, **(cfg.env_kwargs or {}))
 
 
@@ -76,7 +77,7 @@ def recipe_spaces(cfg: Any) -> tuple[gym.Space, gym.Space]:
 def _has_time_limit(cfg: Any) -> bool:
     """Whether episodes of the config's env end by a time limit of their own (or cannot be wrapped:
     a vector entry point batches its copies itself)."""
-    if any(name.strip().startswith("TimeLimit") for name in cfg.wrappers):
+    if any(name.strip().startswith(("TimeLimit", "EvaluationStepCap")) for name in cfg.wrappers):
         return True
     if "max_episode_steps" in (cfg.env_kwargs or {}):  # gymnasium.make's own argument
         return True

@@ -6,6 +6,7 @@ from functools import partial
 import gymnasium as gym
 import pytest
 
+from engine_rl.collectors.step_cap import EvaluationStepCap
 from engine_rl.recipes import env_source
 from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.env_source import EVAL_STEP_CAP, recipe_spaces, recipe_vec_env
@@ -15,20 +16,23 @@ from support.user_envs import Corridor
 
 
 def time_limits(vector_env):
-    """The ``max_episode_steps`` of every TimeLimit around the first env copy, outermost first."""
+    """The step limits around the first env copy, outermost first: a TimeLimit's ``max_episode_steps``,
+    ``("cap", steps)`` for the evaluation cap."""
     env, limits = vector_env.envs[0], []
     while isinstance(env, gym.Wrapper):
         if isinstance(env, gym.wrappers.TimeLimit):
-            limits.append(env._max_episode_steps)
+            limits.append(env.spec.max_episode_steps if env.spec else None)
+        if isinstance(env, EvaluationStepCap):
+            limits.append(("cap", env.max_episode_steps))
         env = env.env
     return limits
 
 
 @pytest.mark.parametrize("fields, training, evaluation", [
-    ({"env_id": "CliffWalking-v1"}, [], [EVAL_STEP_CAP]),  # registered with no time limit
+    ({"env_id": "CliffWalking-v1"}, [], [("cap", EVAL_STEP_CAP)]),  # registered with no time limit
     ({"env_id": "FrozenLake-v1"}, [100], [100]),  # its own limit stays the only one
     ({"env_id": "CliffWalking-v1", "wrappers": ("TimeLimit(max_episode_steps=60)",)}, [60], [60]),
-    ({"make_env": partial(Corridor)}, [], [EVAL_STEP_CAP]),  # a callable: capped, whatever it wraps
+    ({"make_env": partial(Corridor)}, [], [("cap", EVAL_STEP_CAP)]),  # a callable: capped, whatever it wraps
 ])
 def test_only_evaluation_envs_with_no_time_limit_get_the_cap(fields, training, evaluation):
     cfg = PPOConfig(vectorization="sync", **fields)
@@ -49,8 +53,10 @@ def test_a_vector_entry_point_env_keeps_its_own_limit_and_vectorization():
 def test_a_greedy_policy_stuck_in_cliff_walking_cannot_stall_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(env_source, "EVAL_STEP_CAP", 50)
     cfg = make_config("ppo-cartpole", env_id="CliffWalking-v1", total_frames=512, eval_episodes=2)
-    summary = train("ppo-cartpole", cfg, tmp_path, progress=False)
-    assert summary["frames"] == 512 and 13 <= summary["eval_length_mean"] <= 50  # 13: the shortest path
+    with pytest.warns(UserWarning, match=r"^evaluation episodes of CliffWalking-v1 ran to the cap of 50 steps: the "
+                                         r"env sets no time limit .*TimeLimit\(max_episode_steps=N\)"):
+        summary = train("ppo-cartpole", cfg, tmp_path, progress=False)
+    assert summary["frames"] == 512 and summary["eval_length_mean"] == 50  # the untrained greedy policy is stuck
 
 
 def test_env_kwargs_reach_gymnasium_make_and_the_vector_entry_point_when_it_takes_them():
