@@ -20,10 +20,10 @@ from ignite.engine import Events
 from ignite.handlers import PiecewiseLinear
 from torch import nn
 
-from engine_rl.collectors.env_factory import callable_name
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.collectors import AsyncCollector
+from engine_rl.collectors.env_factory import callable_name
 from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
