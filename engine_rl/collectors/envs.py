@@ -180,10 +180,11 @@ def make_vec_env(
             f"make_vec_env: mode must be 'auto', 'vector_entry_point', 'sync' or 'async', got {mode!r}"
         )
     from_callable = callable(env_id)
-    has_vector = not from_callable and env_spec(env_id, owner="make_vec_env").vector_entry_point is not None
+    spec = None if from_callable else env_spec(env_id, owner="make_vec_env")
+    has_vector = spec is not None and spec.vector_entry_point is not None
     wraps = parse_wrappers(wrappers, owner="make_vec_env")
     if mode is None or mode == "auto":
-        vector = has_vector and not wraps and _vector_entry_point_takes(env_spec(env_id), env_kwargs)
+        vector = has_vector and not wraps and _vector_entry_point_takes(spec, env_kwargs)
         mode = "vector_entry_point" if vector else "sync"
     vector_kwargs: dict[str, Any] = {}
     if mode == "vector_entry_point" and wraps:
