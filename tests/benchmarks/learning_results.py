@@ -20,6 +20,18 @@ episodes, so its score there is biased upwards.
 
     python tests/benchmarks/learning_results.py --recipes dqn-cartpole --seeds 0 1 2 --fresh-seed 20000
 
+The table also gives each run's training return: the mean return of the training episodes (the
+sampling policy's; the game's score where the loss sees clipped rewards) that ended in the last
+10% of its frames, from its ``metrics.jsonl``. CleanRL's published figures are training-episode
+returns, so this is the column to set beside them; the evaluation is of the deterministic policy.
+
+``--keep DIR`` keeps the run folders (``DIR/RECIPE[-OVERRIDES]-SEED``) instead of a temporary
+folder. Run again with the same arguments, the script reads the finished runs there back and
+trains only the rest: a session cut short loses only the runs it had not finished (an unfinished
+folder is named, with the ``--resume`` command that continues it).
+
+    python tests/benchmarks/learning_results.py --recipes ppo-atari --seeds 0 1 2 --frames 153600 --jobs 2 --keep runs/lr
+
 ``--merge FILE ...`` trains nothing: it merges the JSON lines of earlier runs (their saved output),
 e.g. seeds 0-1 from one session and seed 2 from another, into one table.
 
@@ -57,20 +69,38 @@ REFERENCES = {
 }
 
 
+# written into each run folder: the ``engine-rl`` arguments that made it (``--keep`` reuses only those)
+COMMAND_FILE = "learning_results_command.json"
+# the training-return column: episodes that ended in this last fraction of each run's frames
+TRAIN_TAIL = 0.1
+
+
 def reference(recipe: str, overrides: list[str]) -> str:
     env_id = next((o.split("=", 1)[1] for o in overrides if o.startswith("env_id=")), None)
     return REFERENCES.get((recipe, env_id), "—")
 
 
 def run_one(recipe: str, seed: int, frames: int | None, out: Path, threads: int, overrides: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "engine_rl", "train", recipe, "--seed", str(seed), "--out", str(out),
-           "--no-progress", "--threads", str(threads)]
+    """``engine-rl train`` into ``out``; its summary. A finished run already in ``out`` (``--keep``)
+    that this same command made is read back instead of trained again."""
+    args = ["train", recipe, "--seed", str(seed), "--out", str(out), "--no-progress", "--threads", str(threads)]
     for override in overrides:
-        cmd += ["--set", override]
+        args += ["--set", override]
     if frames is not None:
-        cmd += ["--frames", str(frames)]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return json.loads((out / "summary.json").read_text())
+        args += ["--frames", str(frames)]
+    made_by, summary = out / COMMAND_FILE, out / "summary.json"
+    if out.exists():
+        if not (made_by.exists() and json.loads(made_by.read_text()) == args):
+            raise SystemExit(f"learning_results: {out} exists and was not made by this command (engine-rl {' '.join(args)}); "
+                             "give --keep another folder or delete it")
+        if summary.exists() and not json.loads(summary.read_text())["paused"]:
+            return json.loads(summary.read_text())
+        raise SystemExit(f"learning_results: {out} holds an unfinished run (killed or still running); continue it with "
+                         f"engine-rl {' '.join(args)} --resume, or delete it")
+    out.mkdir(parents=True)
+    made_by.write_text(json.dumps(args))
+    subprocess.run([sys.executable, "-m", "engine_rl", *args], check=True, stdout=subprocess.DEVNULL)
+    return json.loads(summary.read_text())
 
 
 def evaluate(checkpoint: str, seed: int, threads: int) -> dict:
@@ -87,6 +117,31 @@ def best_frames(checkpoint: str) -> int:
     if match is None:
         raise ValueError(f"learning_results: cannot read the frames from best checkpoint name {checkpoint!r}")
     return int(match.group(1))
+
+
+def final_training_return(metrics: str | Path, fraction: float = TRAIN_TAIL) -> float | None:
+    """The mean return of the training episodes (the sampling policy's, with the game's own score
+    where rewards are clipped for the loss) that ended in the last ``fraction`` of a run's frames,
+    read from its ``metrics.jsonl``; None when none ended there.
+
+    Each ``train`` line carries the mean return of the episodes that ended in its batch and the
+    running count ``episodes``: the count's step since the line before weighs that mean, so the
+    figure is the mean over episodes, not over batches (it needs one line per batch, the default).
+    """
+    lines = [json.loads(line) for line in Path(metrics).read_text().splitlines()]
+    train = [line for line in lines if line["kind"] == "train"]
+    if not train:
+        raise SystemExit(f"learning_results: {metrics} has no train lines")
+    start = train[-1]["frames"] * (1 - fraction)
+    total, count, before = 0.0, 0, 0
+    for line in train:
+        episodes = line.get("episodes", before)
+        ended = episodes - before if episodes >= before else episodes  # a resumed run counts from 0 again
+        if line["frames"] > start and ended:
+            total += line["train_return_mean"] * ended
+            count += ended
+        before = episodes
+    return total / count if count else None
 
 
 def fresh_row(label: str, seeds: list[int], summaries: list[dict], fresh_seed: int, threads: int) -> tuple[str, dict]:
@@ -119,6 +174,9 @@ def main() -> None:
                         help="config override for every run (repeatable)")
     parser.add_argument("--fresh-seed", type=int, default=None, metavar="S",
                         help="also evaluate each run's final policy and best checkpoint with eval env seed S")
+    parser.add_argument("--keep", default=None, metavar="DIR",
+                        help="keep the run folders in DIR (default: a temporary folder); a finished run there that "
+                             "the same command made is read back, not trained again")
     parser.add_argument("--merge", nargs="+", default=None, metavar="FILE",
                         help="train nothing: merge the JSON lines of earlier runs of this script (saved output files), "
                              "e.g. seeds run in different sessions, into one table")
@@ -134,15 +192,17 @@ def main() -> None:
 
     rows, fresh_rows, records = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.keep) if args.keep else Path(tmp)
         runs = [(recipe, s) for recipe in args.recipes for s in args.seeds]
         with ThreadPoolExecutor(args.jobs) as pool:
             done = dict(zip(runs, pool.map(
-                lambda run: run_one(run[0], run[1], args.frames, Path(tmp) / f"{run[0]}-{run[1]}", args.threads,
-                                    args.overrides), runs)))
+                lambda run: run_one(run[0], run[1], args.frames, folder / run_name(run[0], run[1], args.overrides),
+                                    args.threads, args.overrides), runs)))
         for recipe in args.recipes:
             summaries = [done[recipe, s] for s in args.seeds]
             record = summarize(recipe, args.overrides, args.seeds, summaries[0]["frames"],
-                               [s["eval_return_mean"] for s in summaries], [s["wall_time_s"] for s in summaries])
+                               [s["eval_return_mean"] for s in summaries], [s["wall_time_s"] for s in summaries],
+                               [final_training_return(s["metrics"]) for s in summaries])
             if args.fresh_seed is not None:
                 row, fresh = fresh_row(label_of(recipe, args.overrides), args.seeds, summaries, args.fresh_seed,
                                        args.threads)
@@ -153,16 +213,30 @@ def main() -> None:
     print_table(rows, fresh_rows, args.fresh_seed, records, args.threads)
 
 
+def run_name(recipe: str, seed: int, overrides: list[str]) -> str:
+    """A run's folder name: the recipe, the overrides (as file-name characters) and the seed."""
+    label = "-".join([recipe, *(re.sub(r"[^A-Za-z0-9_.=-]+", "_", o) for o in overrides)])
+    return f"{label}-{seed}"
+
+
 def label_of(recipe: str, overrides: list[str]) -> str:
     return f"{recipe} ({', '.join(overrides)})" if overrides else recipe
 
 
 def summarize(recipe: str, overrides: list[str], seeds: list[int], frames: int, finals: list[float],
-              walls: list[float]) -> dict:
-    """One recipe's record: per-seed final returns and wall times, their mean and std."""
+              walls: list[float], trains: list[float | None]) -> dict:
+    """One recipe's record: per-seed final evaluations, training returns (``final_training_return``;
+    None where unknown) and wall times; the evaluations' mean and std."""
     return {"recipe": recipe, "overrides": overrides, "frames": frames, "seeds": seeds,
             "eval_return_mean_per_seed": finals, "mean": statistics.fmean(finals), "std": statistics.pstdev(finals),
-            "wall_time_s": walls}
+            "train_return_last_per_seed": trains, "wall_time_s": walls}
+
+
+def mean_std(values: list[float | None]) -> str:
+    """``mean ± std (a, b, c)`` of known values; "—" when one is unknown (runs from before the column)."""
+    if not values or any(v is None for v in values):
+        return "—"
+    return f"{statistics.fmean(values):.1f} ± {statistics.pstdev(values):.1f} ({', '.join(f'{v:.1f}' for v in values)})"
 
 
 def table_row(record: dict) -> str:
@@ -170,6 +244,7 @@ def table_row(record: dict) -> str:
         f"| {label_of(record['recipe'], record['overrides'])} | {record['frames']:,} | "
         f"{', '.join(map(str, record['seeds']))} | {record['mean']:.1f} ± {record['std']:.1f} | "
         f"{', '.join(f'{f:.1f}' for f in record['eval_return_mean_per_seed'])} | "
+        f"{mean_std(record.get('train_return_last_per_seed', []))} | "
         f"{statistics.median(record['wall_time_s']):.0f} s | {reference(record['recipe'], record['overrides'])} |"
     )
 
@@ -184,18 +259,23 @@ def merge(paths: list[str]) -> list[dict]:
             raise SystemExit(f"learning_results: {path} holds no learning_results JSON line")
         for record in json.loads(lines[-1])["runs"]:
             key = (record["recipe"], tuple(record["overrides"]), record["frames"])
-            into = merged.setdefault(key, {"seeds": [], "finals": [], "walls": []})
-            for seed, final, wall in zip(record["seeds"], record["eval_return_mean_per_seed"], record["wall_time_s"]):
+            into = merged.setdefault(key, {"seeds": [], "finals": [], "walls": [], "trains": []})
+            # lines from before the training-return column have none
+            trains = record.get("train_return_last_per_seed", [None] * len(record["seeds"]))
+            for seed, final, wall, train in zip(record["seeds"], record["eval_return_mean_per_seed"],
+                                                record["wall_time_s"], trains):
                 if seed in into["seeds"]:
                     raise SystemExit(f"learning_results: seed {seed} of {key[0]} {list(key[1])} appears twice ({path})")
                 into["seeds"].append(seed), into["finals"].append(final), into["walls"].append(wall)
-    return [summarize(recipe, list(overrides), m["seeds"], frames, m["finals"], m["walls"])
+                into["trains"].append(train)
+    return [summarize(recipe, list(overrides), m["seeds"], frames, m["finals"], m["walls"], m["trains"])
             for (recipe, overrides, frames), m in merged.items()]
 
 
 def print_table(rows: list[str], fresh_rows: list[str], fresh_seed: int | None, records: list[dict], threads: int) -> None:
-    print("| recipe | frames | seeds | final eval return (mean ± std over seeds) | per seed | median wall time | reference |")
-    print("|---|---|---|---|---|---|---|")
+    print("| recipe | frames | seeds | final eval return (mean ± std over seeds) | per seed | "
+          f"training return, last {TRAIN_TAIL:.0%} of frames (per seed) | median wall time | reference |")
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     if fresh_rows:
         print()
