@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase  # noqa: F401  (TensorDict: the docstring example)
 from torch import nn
 
 __all__ = ["PRECISIONS", "AutocastLoss", "OutputLinear", "compute_dtype", "native_bfloat16"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
+import torch  # noqa: F401  (the docstring example uses it)
 from torch import nn
 
 from engine_rl.precision import OutputLinear

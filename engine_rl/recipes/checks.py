@@ -207,6 +207,8 @@ class FieldChecks:
         vector = is_vector_space(observation)
         if not vector and (normalized or not encoders):
             why = " with normalize_observations (set it false for other spaces)" if encoders else ""
+            if isinstance(observation, gym.spaces.Box) and len(observation.shape) == 1:  # then it is uint8
+                why += "; a uint8 one (bytes, such as Atari RAM) goes through an encoder instead"
             raise ValueError(
                 f"{self.owner}: {algo} ({label}): the observation space must be a 1-D Box{why}, got {observation} "
                 "(--set wrappers=FlattenObservation flattens Discrete, Tuple and Dict spaces)"

@@ -94,6 +94,10 @@ def test_each_space_trains_a_few_batches_through_the_cli(case, tmp_path, capsys)
     (["train", "ppo-mujoco", "--set", "env_id=engine_rl_tests/DictPoint-v0"],
      "PPOMujocoConfig: ppo (engine_rl_tests/DictPoint-v0): the observation space must be a 1-D Box with "
      "normalize_observations (set it false for other spaces), got Dict("),
+    (["train", "ppo-mujoco", "--set", "env_id=ALE/Breakout-v5", "--set", "env_kwargs={'obs_type': 'ram'}"],
+     "PPOMujocoConfig: ppo (ALE/Breakout-v5): the observation space must be a 1-D Box with normalize_observations "
+     "(set it false for other spaces); a uint8 one (bytes, such as Atari RAM) goes through an encoder instead, "
+     "got Box(0, 255, (128,), uint8)"),
     (["train", "ppo-cartpole", "--set", f"env_id={ROOMS}TinyDoorRoom-v0"],
      f"PPOConfig: ppo ({ROOMS}TinyDoorRoom-v0): no encoder for observation key 'camera' (Box(0, 255, (9, 9), uint8)): "
      "uint8 images go through the Nature CNN, which needs at least 36x36 pixels"),

@@ -97,4 +97,4 @@ def test_a_collector_steps_a_callables_env_and_the_async_worker_can_pickle_a_mod
     batch = next(iter(collector))
     collector.shutdown()
     assert batch["next", "reward"].sum().item() == 2.0  # both copies reach the end at step 4
-    assert pickle.loads(pickle.dumps(partial(make_vec_env, make_corridor, 2))).args[0] is make_corridor
+    assert pickle.loads(pickle.dumps(make_corridor)) is make_corridor  # by reference, as async workers get it
