@@ -16,6 +16,8 @@ from typing import IO, Any
 
 from ignite.engine import Engine, Events
 
+from handlers._attach import add_handler
+
 __all__ = ["MetricsLogger", "json_number"]
 
 
@@ -90,8 +92,10 @@ class MetricsLogger:
         """Log a train line on ``event(every=every)`` and eval lines when new ones appear."""
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"MetricsLogger: argument every must be a positive int, got {every!r}")
+        # attached twice, it would write every line twice (the first claim also guards the rest)
+        add_handler(engine, self.log_train, event, every, owner=type(self).__name__, exclusive=self,
+                    twice="every line would be written twice")
         engine.add_event_handler(Events.STARTED, self._open)
-        engine.add_event_handler(event(every=every), self.log_train)
         engine.add_event_handler(Events.ITERATION_COMPLETED, self.log_eval_if_new)
         engine.add_event_handler(Events.COMPLETED, self.log_eval_if_new)
         engine.add_event_handler(Events.COMPLETED, self.close)

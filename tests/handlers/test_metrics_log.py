@@ -91,3 +91,16 @@ def test_non_finite_values_are_written_as_strings_in_standard_json(tmp_path):
     # the project's readers: dashboard replay reads every line and plots only the finite numbers
     assert list(read_metrics(path)) == lines
     assert [row[0] for row in plot_rows(train[0])] == ["fps"]
+
+
+def test_attaching_the_same_logger_twice_is_refused_and_lines_are_written_once(tmp_path):
+    import pytest
+
+    trainer = _trainer(2)
+    path = tmp_path / "m.jsonl"
+    logger = MetricsLogger(path).attach(trainer)
+    with pytest.raises(ValueError, match=r"MetricsLogger\.attach: this MetricsLogger is already attached to this "
+                                         r"engine \(every line would be written twice\)"):
+        logger.attach(trainer)
+    trainer.run(max_epochs=1)
+    assert [json.loads(line)["frames"] for line in path.read_text().splitlines()] == [4, 8]
