@@ -28,7 +28,8 @@ returns, so this is the column to set beside them; the evaluation is of the dete
 ``--keep DIR`` keeps the run folders (``DIR/RECIPE[-OVERRIDES]-SEED``) instead of a temporary
 folder. Run again with the same arguments, the script reads the finished runs there back and
 trains only the rest: a session cut short loses only the runs it had not finished (an unfinished
-folder is named, with the ``--resume`` command that continues it).
+folder is named, with the ``--resume`` command that continues it; the table's wall time of a run
+continued that way counts the continuation only).
 
     python tests/benchmarks/learning_results.py --recipes ppo-atari --seeds 0 1 2 --frames 153600 --jobs 2 --keep runs/lr
 
