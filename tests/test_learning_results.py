@@ -120,3 +120,13 @@ def test_kept_run_folders_are_read_back_only_when_this_command_made_them(tmp_pat
     with pytest.raises(SystemExit, match=r"holds an unfinished run .* --frames 1024 --resume, or delete it"):
         run_one("ppo-cartpole", 0, 1024, out, 1, ["lr=0.001"])
     assert len(calls) == 1
+
+
+def test_a_reference_at_the_runs_budget_comes_before_the_recipes_own() -> None:
+    from benchmarks.learning_results import reference
+
+    assert "training return in 138k-154k: 6.2" in reference("ppo-atari", [], 153600)
+    assert "training return in 194k-215k: 9.2" in reference("ppo-atari", ["lr_end=0.0002446"], 215040)
+    assert reference("ppo-atari", [], 1024).startswith("CleanRL ppo_atari 414.7")
+    assert "HalfCheetah-v4 at 1M: 1442.6" in reference("ppo-mujoco", ["env_id=HalfCheetah-v5"], 1001472)
+    assert reference("ppo-mujoco", ["env_id=Walker2d-v5"]) == "—"
