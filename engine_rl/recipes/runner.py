@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -173,6 +174,21 @@ def train(
             lock.release()
 
 
+def evaluation_score(evaluator: Any) -> float:
+    """The best checkpoint's and early stopping's score: the evaluation's mean return, a NaN one
+    (an env that returned a NaN reward) as -inf. Ignite compares scores with ``<``, so a NaN best
+    score would never be beaten and would keep that policy as the run's best for good.
+
+    Examples:
+        >>> from types import SimpleNamespace
+        >>> [evaluation_score(SimpleNamespace(state=SimpleNamespace(metrics={"return_mean": r})))
+        ...  for r in (12.5, float("nan"))]
+        [12.5, -inf]
+    """
+    score = float(evaluator.state.metrics["return_mean"])
+    return -math.inf if math.isnan(score) else score
+
+
 def _on_every_rank(ok: bool) -> bool:
     """Whether ``ok`` holds on every rank of the process group (one all-reduce; ``ok`` when alone)."""
     if idist.get_world_size() == 1:
@@ -251,12 +267,12 @@ def _train(
     if validation is not None:
         best = SafeCheckpoint(
             {"policy": inference}, AtomicDiskSaver(out / "best"), filename_prefix="best", n_saved=1,
-            score_function=lambda evaluator: evaluator.state.metrics["return_mean"], score_name="eval_return",
+            score_function=evaluation_score, score_name="eval_return",
             global_step_transform=lambda *_: trainer.state.frames, step_name="frames",
         )
         validation.evaluator.add_event_handler(Events.COMPLETED, best)
         if patience is not None:
-            early_stop = EarlyStopping(patience, lambda evaluator: evaluator.state.metrics["return_mean"], trainer)
+            early_stop = EarlyStopping(patience, evaluation_score, trainer)
             validation.evaluator.add_event_handler(Events.COMPLETED, early_stop)
     elif patience is not None:
         raise RunError(f"train: patience needs evaluations, but recipe {name!r} attaches no ValidationRollout")
