@@ -85,9 +85,10 @@ def test_final_training_return_weighs_each_batch_by_the_episodes_that_ended_in_i
     ]
     # (1 * 1 + 4 * 3) / 4 episodes, not the mean of the batch means (2.5) nor of the lines (2.0)
     assert final_training_return(_metrics(tmp_path / "m.jsonl", lines)) == pytest.approx(13 / 4)
-    # a resumed run's count starts from 0 again: its first line's count is what ended in that batch
-    resumed = lines[:2] + [{"kind": "train", "frames": 1000, "train_return_mean": 7.0, "episodes": 2}]
-    assert final_training_return(_metrics(tmp_path / "r.jsonl", resumed)) == pytest.approx((1 + 14) / 3)
+    # two runs' lines in one file (the count is checkpointed, so one run's never goes down)
+    appended = lines[:2] + [{"kind": "train", "frames": 1000, "train_return_mean": 7.0, "episodes": 2}]
+    with pytest.raises(SystemExit, match=r"a\.jsonl: the episode count goes down at frames 1000, so it is not the log"):
+        final_training_return(_metrics(tmp_path / "a.jsonl", appended))
     none_ended = [lines[0], {"kind": "train", "frames": 1000, "train_return_mean": 50.0, "episodes": 4}]
     assert final_training_return(_metrics(tmp_path / "n.jsonl", none_ended)) is None
     with pytest.raises(SystemExit, match=r"e\.jsonl has no train lines"):

@@ -142,7 +142,10 @@ def final_training_return(metrics: str | Path, fraction: float = TRAIN_TAIL) -> 
     total, count, before = 0.0, 0, 0
     for line in train:
         episodes = line.get("episodes", before)
-        ended = episodes - before if episodes >= before else episodes  # a resumed run counts from 0 again
+        ended = episodes - before
+        if ended < 0:  # the count is in the checkpoints, so a run's log never goes back
+            raise SystemExit(f"learning_results: {metrics}: the episode count goes down at frames {line['frames']}, "
+                             "so it is not the log of one run")
         if line["frames"] > start and ended:
             total += line["train_return_mean"] * ended
             count += ended
