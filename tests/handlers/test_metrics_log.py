@@ -1,5 +1,6 @@
 import json
 
+import pytest
 import torch
 from ignite.engine import Events
 from tensordict import TensorDict
@@ -94,8 +95,6 @@ def test_non_finite_values_are_written_as_strings_in_standard_json(tmp_path):
 
 
 def test_attaching_the_same_logger_twice_is_refused_and_lines_are_written_once(tmp_path):
-    import pytest
-
     trainer = _trainer(2)
     path = tmp_path / "m.jsonl"
     logger = MetricsLogger(path).attach(trainer)
