@@ -99,8 +99,9 @@ def run_one(recipe: str, seed: int, frames: int | None, out: Path, threads: int,
         if not (made_by.exists() and json.loads(made_by.read_text()) == args):
             raise SystemExit(f"learning_results: {out} exists and was not made by this command (engine-rl {' '.join(args)}); "
                              "give --keep another folder or delete it")
-        if summary.exists() and not json.loads(summary.read_text())["paused"]:
-            return json.loads(summary.read_text())
+        finished = json.loads(summary.read_text()) if summary.exists() else {"paused": True}
+        if not finished["paused"]:
+            return finished
         raise SystemExit(f"learning_results: {out} holds an unfinished run (killed or still running); continue it with "
                          f"engine-rl {' '.join(args)} --resume, or delete it")
     out.mkdir(parents=True)
