@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,18 +36,36 @@ PRECISIONS = ("float32", "bfloat16")
 """Accepted values of a recipe's ``precision`` field."""
 
 
-def native_bfloat16() -> bool:
-    """Whether this CPU has native bfloat16 dot products (``avx512_bf16`` or AMX tiles)."""
-    cpu = getattr(torch, "cpu", None)
-    checks = [getattr(cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(bool(check()) for check in checks if check is not None)
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+"""CPU feature flags of native bfloat16 dot products: x86's AVX-512 BF16 and AMX, Arm's BF16."""
 
 
-def compute_dtype(precision: str, *, owner: str) -> torch.dtype | None:
+def native_bfloat16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+    """Whether this CPU has native bfloat16 dot products, from the feature flags Linux lists in ``cpuinfo``.
+
+    ``False`` where the file cannot be read (not Linux): bfloat16 is then taken to be emulated.
+
+    Examples:
+        >>> native_bfloat16("/no/such/file")
+        False
+    """
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return False
+    flags: set[str] = set()
+    for line in text.splitlines():
+        name, _, values = line.partition(":")
+        if name.strip() in ("flags", "Features"):  # x86, Arm
+            flags.update(values.split())
+    return any(flag in flags for flag in _BF16_FLAGS)
+
+
+def compute_dtype(precision: str, *, owner: str, device: str | torch.device = "cpu") -> torch.dtype | None:
     """The autocast dtype of a ``precision`` name: ``None`` for float32, ``torch.bfloat16``.
 
     Raises a ``ValueError`` naming ``owner`` for any other name, and warns (once per call) when
-    bfloat16 is asked for on a CPU that would emulate it, where it is slower than float32.
+    bfloat16 is asked for on a CPU ``device`` that would emulate it, where it is slower than float32.
 
     Examples:
         >>> compute_dtype("float32", owner="demo") is None
@@ -60,7 +79,7 @@ def compute_dtype(precision: str, *, owner: str) -> torch.dtype | None:
         raise ValueError(f"{owner}: precision must be one of {PRECISIONS}, got {precision!r}")
     if precision == "float32":
         return None
-    if not native_bfloat16():
+    if torch.device(device).type == "cpu" and not native_bfloat16():
         warnings.warn(
             f"{owner}: precision='bfloat16' on a CPU without native bfloat16 (avx512_bf16 or AMX): "
             "its matmuls are emulated and slower than float32",

@@ -190,7 +190,7 @@ def build_off_policy(
     """
     device, replay_device = config_devices(cfg)
     buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed, device=replay_device)
-    dtype = compute_dtype(cfg.precision, owner=type(cfg).__name__)
+    dtype = compute_dtype(cfg.precision, owner=type(cfg).__name__, device=device)
     trained_loss = loss if dtype is None else AutocastLoss(loss, dtype)
     trainer = create_trainer(
         collector, compile_loss(trained_loss, enabled=cfg.compile), optimizers,

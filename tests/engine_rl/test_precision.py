@@ -53,6 +53,34 @@ def test_compute_dtype_warns_when_bfloat16_would_be_emulated(monkeypatch):
         assert compute_dtype("bfloat16", owner="X") is BF16
 
 
+def test_compute_dtype_does_not_warn_for_a_gpu_device(monkeypatch):
+    monkeypatch.setattr(precision, "native_bfloat16", lambda: False)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compute_dtype("bfloat16", owner="X", device=torch.device("cuda")) is BF16
+    with pytest.warns(RuntimeWarning, match="on a CPU without native bfloat16"):
+        compute_dtype("bfloat16", owner="X", device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("lines", "native"),
+    [
+        ("flags\t\t: fpu sse avx512f avx512_bf16 avx512_vnni\n", True),
+        ("flags\t\t: fpu sse avx512f amx_bf16 amx_tile\n", True),
+        ("Features\t: fp asimd bf16 i8mm\n", True),
+        ("flags\t\t: fpu sse avx2 avx512f avx512_vnni\nbugs\t\t: avx512_bf16\n", False),
+        ("model name\t: avx512_bf16 in a name\n", False),
+    ],
+)
+def test_native_bfloat16_reads_the_cpu_flags(tmp_path, lines, native):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\n" + lines)
+    assert precision.native_bfloat16(cpuinfo) is native
+    assert precision.native_bfloat16(tmp_path / "missing") is False
+
+
 def test_output_linear_is_a_linear_outside_autocast_and_float32_inside():
     torch.manual_seed(0)
     layer = OutputLinear(16, 3)
