@@ -5,7 +5,8 @@ and an exit status: 2 for bad input (arguments, config fields, files that cannot
 1 for a run that failed. ``--debug`` (before or after the sub-command) shows the traceback
 instead. Python warnings print as one line too, ``engine-rl: warning: ...``. Ignite's own log
 lines about a run ending on an exception ("Current run is terminating due to exception", ...)
-repeat that error, so they are shown only with ``--debug``.
+repeat that error, so they are shown only with ``--debug``; so are ``--nproc``'s lines about
+spawning and terminating processes.
 
 Examples:
     >>> main(["train", "dqn-cartpole", "--set", "gamma=2"])  # stderr: the line below
@@ -58,17 +59,36 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"engine-rl: warning: {category.__name__}: {text}", file=file or sys.stderr, flush=True)
 
 
+_SPAWN_LOGGERS = ("ignite.distributed.launcher.Parallel", "torch.multiprocessing.spawn")
+"""Loggers with their own level (set when ``--nproc`` spawns): "spawning 2 processes", "terminating process 123"."""
+
+
+def _below_critical(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.CRITICAL
+
+
 @contextlib.contextmanager
-def _ignite_logs(*, shown: bool):
-    """Ignite's loggers at their level with ``shown``, else errors and below hidden (restored after)."""
+def _library_logs(*, shown: bool):
+    """Ignite's log lines and ``--nproc``'s process-spawning lines, hidden unless ``shown`` (restored after).
+
+    ``ignite`` gets a level that its child loggers inherit; the spawning loggers set their own
+    level when they are made, so a filter drops their records instead.
+    """
+    if shown:
+        yield
+        return
     logger = logging.getLogger("ignite")
     before = logger.level
-    if not shown:
-        logger.setLevel(logging.CRITICAL)
+    spawn_loggers = [logging.getLogger(name) for name in _SPAWN_LOGGERS]
+    logger.setLevel(logging.CRITICAL)
+    for spawn_logger in spawn_loggers:
+        spawn_logger.addFilter(_below_critical)
     try:
         yield
     finally:
         logger.setLevel(before)
+        for spawn_logger in spawn_loggers:
+            spawn_logger.removeFilter(_below_critical)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, or a usage error already printed as one line
         return exit_.code if isinstance(exit_.code, int) else 0
     try:
-        with warnings.catch_warnings(), _ignite_logs(shown=args.debug):
+        with warnings.catch_warnings(), _library_logs(shown=args.debug):
             warnings.showwarning = _show_warning
             return _command(args.command).run(args)
     except KeyboardInterrupt:

@@ -21,15 +21,18 @@ from support.compare import differences, log
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def process(*args: str, launcher: tuple[str, ...] = ("-m", "engine_rl"), timeout: int = 300):
+    """Run the command in a new process, as a user does; return the finished process."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, *launcher, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=ROOT)
+
+
 def cli(*args: str, launcher: tuple[str, ...] = ("-m", "engine_rl"), timeout: int = 300) -> dict:
     """Run the command in a new process; return its JSON summary (the last stdout line)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    res = subprocess.run([sys.executable, *launcher, *args], capture_output=True, text=True, timeout=timeout,
-                         env=env, cwd=ROOT)
+    res = process(*args, launcher=launcher, timeout=timeout)
     assert res.returncode == 0, res.stderr[-4000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 
 
 def shared(state: dict) -> dict:
@@ -77,6 +80,13 @@ def test_two_process_dqn_keeps_replay_shards_and_identical_weights(tmp_path, cap
     # a 2-process run resumes only with 2 processes
     assert main(["train", "dqn-cartpole", "--out", str(out), "--resume", "--no-progress"]) == 2
     assert "holds a run of 2 process(es) and this run has 1; resume it with --nproc 2" in capsys.readouterr().err
+    # a refusal inside the spawned processes is one line too: no lines about spawning and terminating them
+    refused = process("train", "dqn-cartpole", "--nproc", "2", "--out", str(out), "--no-progress")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"engine-rl: error: {out} already holds checkpoints of a run (checkpoint_2048.pt); continue it with "
+        "--resume, or use another --out"
+    ]
 
 
 @pytest.mark.slow
