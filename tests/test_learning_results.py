@@ -129,5 +129,7 @@ def test_a_reference_at_the_runs_budget_comes_before_the_recipes_own() -> None:
     assert "training return in 138k-154k: 6.2" in reference("ppo-atari", [], 153600)
     assert "training return in 194k-215k: 9.2" in reference("ppo-atari", ["lr_end=0.0002446"], 215040)
     assert reference("ppo-atari", [], 1024).startswith("CleanRL ppo_atari 414.7")
+    assert "training return in 90k-100k: 4442.9" in reference("sac-mujoco", [], 100000)
+    assert reference("sac-mujoco", [], 1000000).startswith("SB3 2.9.2 same values at 100k")  # another budget: the recipe's line
     assert "HalfCheetah-v4 at 1M: 1442.6" in reference("ppo-mujoco", ["env_id=HalfCheetah-v5"], 1001472)
     assert reference("ppo-mujoco", ["env_id=Walker2d-v5"]) == "—"

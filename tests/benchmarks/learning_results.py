@@ -71,6 +71,11 @@ REFERENCES = {
     # its lr annealed over 10M frames; one seed) in the run's last 10% of frames, from monitor_window.py
     ("ppo-atari", None, 153600): "rl-zoo's logged run (same values), training return in 138k-154k: 6.2; random play 1.2",
     ("ppo-atari", None, 215040): "rl-zoo's logged run (same values), training return in 194k-215k: 9.2; random play 1.2",
+    # rl-zoo's logged SAC and TD3 runs on HalfCheetah-v3 (the values of these recipes; seed 594371), 90k-100k frames
+    ("sac-mujoco", None, 100000): "rl-zoo's logged run (same values, v3), training return in 90k-100k: 4442.9; "
+                                  "SB3 2.9.2, same values, seed 0, evaluation: 3965.5",
+    ("td3-mujoco", None, 100000): "rl-zoo's logged run (same values, v3), training return in 90k-100k: 5197.3; "
+                                  "SB3 2.9.2, same values, seed 0, evaluation: 4623.7",
 }
 
 

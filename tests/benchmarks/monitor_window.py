@@ -13,6 +13,7 @@ window early by about 1% of the frames before it).
 
     python tests/benchmarks/monitor_window.py rl-trained-agents/ppo/BreakoutNoFrameskip-v4_1 \\
         --start 138240 --end 153600 --frame-skip 4
+    python tests/benchmarks/monitor_window.py rl-trained-agents/sac/HalfCheetah-v3_1 --start 90000 --end 100000
 """
 
 from __future__ import annotations
