@@ -21,6 +21,7 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, make_checked_env
+from engine_rl.collectors.mujoco_warnings import route_for
 from engine_rl.collectors.observations import ObservationField, observation_fields
 from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
 from engine_rl.spaces import is_multi_discrete
@@ -96,6 +97,7 @@ def env_spaces(
         (Box([-4.8 ...], [4.8 ...], (4,), float32), Discrete(2))
     """
     spec = None if callable(env_id) else env_spec(env_id, owner=owner)
+    route_for(spec)  # MuJoCo's model warnings said once, not printed for every copy
     wraps = parse_wrappers(wrappers, owner=owner)
     kwargs = dict(env_kwargs or {})
     key = (env_id, tuple(wrappers), tuple(sorted(kwargs.items())))
@@ -181,6 +183,7 @@ def make_vec_env(
         )
     from_callable = callable(env_id)
     spec = None if from_callable else env_spec(env_id, owner="make_vec_env")
+    route_for(spec)
     has_vector = spec is not None and spec.vector_entry_point is not None
     wraps = parse_wrappers(wrappers, owner="make_vec_env")
     if mode is None or mode == "auto":
