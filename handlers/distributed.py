@@ -165,6 +165,7 @@ class AllReducedEpisodeStats(EpisodeStats):
         if idist.get_world_size() > 1:
             sums = idist.all_reduce(sums)
         n, s, ss, ls, *info_sums = sums.tolist()
+        engine.state.metrics["episodes_ended"] = int(n)
         if n == 0:
             return
         for i, key in enumerate(info):

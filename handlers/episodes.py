@@ -48,7 +48,8 @@ def _episode_ends(batch: TensorDictBase) -> torch.Tensor:
 class EpisodeStats:
     """On ``BATCH_COLLECTED``: mean/std return and mean length of the episodes that finished in
     the batch, as ``train_return_mean``, ``train_return_std``, ``train_length_mean``, plus the
-    running count ``episodes``. Batches in which no episode ended leave the last values.
+    running count ``episodes``. Batches in which no episode ended leave the last values;
+    ``episodes_ended`` is the number that ended in this batch (0 in those).
 
     Env ``info`` scalars recorded by the collector (``GymCollector(..., info_keys=...)``, under
     ``("next", "info", key)``) are averaged over the same finished episodes, at their last step,
@@ -83,6 +84,7 @@ class EpisodeStats:
     def __call__(self, engine: Engine) -> None:
         returns, lengths = finished_episodes(engine.state.batch)
         n = int(returns.numel())
+        engine.state.metrics["episodes_ended"] = n
         if n == 0:
             return
         self.episodes += n

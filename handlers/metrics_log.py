@@ -87,14 +87,24 @@ class MetricsLogger:
         self._file: IO[str] | None = None
         self._start = time.perf_counter()
         self._last_eval_frames: Any = None
+        self._last_train_iteration: int | None = None
 
-    def attach(self, engine: Engine, *, every: int = 1, event: Any = Events.ITERATION_COMPLETED) -> MetricsLogger:
-        """Log a train line on ``event(every=every)`` and eval lines when new ones appear."""
+    def attach(
+        self, engine: Engine, *, every: int = 1, event: Any = Events.ITERATION_COMPLETED, episode_ends: bool = True
+    ) -> MetricsLogger:
+        """Log a train line on ``event(every=every)`` and eval lines when new ones appear.
+
+        With ``every > 1`` and ``episode_ends``, an iteration in which training episodes ended
+        (``state.metrics["episodes_ended"] > 0``, from :class:`handlers.EpisodeStats`) is logged
+        too, so the log still holds the return of every training episode.
+        """
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"MetricsLogger: argument every must be a positive int, got {every!r}")
         # attached twice, it would write every line twice (the first claim also guards the rest)
         add_handler(engine, self.log_train, event, every, owner=type(self).__name__, exclusive=self,
                     twice="every line would be written twice")
+        if every > 1 and episode_ends:  # after the periodic handler, so one iteration is one line
+            engine.add_event_handler(Events.ITERATION_COMPLETED, self._log_episode_ends)
         engine.add_event_handler(Events.STARTED, self._open)
         engine.add_event_handler(Events.ITERATION_COMPLETED, self.log_eval_if_new)
         engine.add_event_handler(Events.COMPLETED, self.log_eval_if_new)
@@ -141,6 +151,12 @@ class MetricsLogger:
                 if number is not None:
                     record[k] = number
         self.write(record)
+        self._last_train_iteration = engine.state.iteration
+
+    def _log_episode_ends(self, engine: Engine) -> None:
+        """A train line for an iteration in which training episodes ended, unless it has one."""
+        if engine.state.metrics.get("episodes_ended", 0) and self._last_train_iteration != engine.state.iteration:
+            self.log_train(engine)
 
     def log_eval_if_new(self, engine: Engine) -> None:
         """Write an ``eval`` line if ``state.metrics['eval_frames']`` changed since the last one."""

@@ -24,6 +24,9 @@ class Setup:
     """The deterministic policy used for evaluation (what an inference checkpoint holds)."""
     total_frames: int
     """Frame budget of the run."""
+    log_every: int = 1
+    """Batches between train lines of ``metrics.jsonl`` (and dashboard points); a batch in which
+    training episodes ended is logged too (``handlers.MetricsLogger``)."""
     closers: list[Callable[[], None]] = field(default_factory=list)
     """Called when the run ends (close envs, collectors)."""
 

@@ -62,6 +62,9 @@ class OffPolicyConfig(EnvOptions):
     and Dict observations: ``engine_rl.algos.encoders``)."""
     eval_every_frames: int = 2_000
     """Evaluate every this many frames (and at the end of the run)."""
+    log_every_frames: int = 1
+    """Frames between train lines of ``metrics.jsonl`` (a batch in which training episodes ended is
+    logged too, so every episode's return is kept); 1: every batch."""
     eval_episodes: int = 10
     """Deterministic evaluation episodes per evaluation."""
     eval_seed: int = 10_000
@@ -104,7 +107,7 @@ class OffPolicyConfig(EnvOptions):
         owner = type(self).__name__
         check = FieldChecks(self)
         check.positive_ints("num_envs", "total_frames", "frames_per_batch", "buffer_size", "batch_size",
-                            "eval_every_frames", "eval_episodes")
+                            "eval_every_frames", "log_every_frames", "eval_episodes")
         check.positive_ints("optim_steps_per_batch", optional=True)
         check.nonnegative_ints("learning_starts", "eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
@@ -140,6 +143,11 @@ class OffPolicyConfig(EnvOptions):
     def eval_every(self) -> int:
         """Batches between evaluations."""
         return max(1, self.eval_every_frames // self.frames_per_batch)
+
+    @property
+    def log_every(self) -> int:
+        """Batches between train lines."""
+        return max(1, self.log_every_frames // self.frames_per_batch)
 
 
 def box_spaces(cfg: OffPolicyConfig, *, algo: str) -> tuple[gym.Space, gym.spaces.Box]:
@@ -214,5 +222,6 @@ def build_off_policy(
         },
         eval_policy=eval_policy,
         total_frames=cfg.total_frames,
+        log_every=cfg.log_every,
         closers=[collector.shutdown, eval_env.close],
     )

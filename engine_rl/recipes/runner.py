@@ -91,7 +91,6 @@ def train(
     out_dir: str | Path,
     *,
     progress: bool = True,
-    log_every: int = 1,
     n_saved: int = 2,
     visdom: str | None = None,
     resume: bool | str | Path = False,
@@ -166,7 +165,7 @@ def train(
         )
     try:
         return _train(
-            recipe, name, config, out, progress=progress, log_every=log_every, n_saved=n_saved, visdom=visdom,
+            recipe, name, config, out, progress=progress, n_saved=n_saved, visdom=visdom,
             resume=resume, checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience,
         )
     finally:
@@ -203,7 +202,6 @@ def _train(
     out: Path,
     *,
     progress: bool,
-    log_every: int,
     n_saved: int,
     visdom: str | None,
     resume: bool | str | Path,
@@ -254,7 +252,7 @@ def _train(
     if resume_from is None and lead:  # a new run (or one killed before its first checkpoint) starts a new log
         metrics_path.unlink(missing_ok=True)
     if lead:
-        MetricsLogger(metrics_path).attach(trainer, every=log_every)
+        MetricsLogger(metrics_path).attach(trainer, every=setup.log_every)
     FramesProgressBar(setup.total_frames, disable=not progress or not lead, desc=name).attach(trainer)
 
     inference = InferenceState(
@@ -313,7 +311,7 @@ def _train(
     if visdom and lead:
         from handlers.dashboard import attach_dashboard
 
-        attach_dashboard(trainer, env=out.resolve().name, server=visdom, every=log_every)
+        attach_dashboard(trainer, env=out.resolve().name, server=visdom, every=setup.log_every)
 
     start = time.perf_counter()
     finished = trainer.state.frames >= setup.total_frames or (early_stop is not None and early_stop.counter >= patience)

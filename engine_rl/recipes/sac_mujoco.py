@@ -33,6 +33,9 @@ class SACMujocoConfig(SACConfig):
     """Adam learning rate of the actor, the critics and the temperature (SB3 default: 3e-4)."""
     eval_every_frames: int = 25_000
     """Evaluate every this many frames (and at the end of the run)."""
+    log_every_frames: int = 1_000
+    """Frames between train lines of ``metrics.jsonl`` (and at every episode's end): a 1M-frame run
+    of one frame per batch would otherwise write a million lines (400 MB)."""
 
 
 @register("sac-mujoco", SACMujocoConfig, "SAC on MuJoCo HalfCheetah-v5 (rl-zoo hyperparameters); any Box-action env")

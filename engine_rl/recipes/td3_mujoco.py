@@ -38,6 +38,9 @@ class TD3MujocoConfig(TD3Config):
     """Discount factor (SB3: 0.99)."""
     eval_every_frames: int = 25_000
     """Evaluate every this many frames (and at the end of the run)."""
+    log_every_frames: int = 1_000
+    """Frames between train lines of ``metrics.jsonl`` (and at every episode's end): a 1M-frame run
+    of one frame per batch would otherwise write a million lines (400 MB)."""
 
 
 @register("td3-mujoco", TD3MujocoConfig, "TD3 on MuJoCo HalfCheetah-v5 (rl-zoo hyperparameters); any Box-action env")

@@ -56,8 +56,12 @@ ARGS = {
     "sac-pendulum torch": ["--frames", "600", "--seed", "9", "--set", "env_backend=torch", "--set", "num_envs=4",
                            "--set", "learning_starts=200", "--set", "hidden=(16,)", "--set", "frames_per_batch=100",
                            "--set", "eval_every_frames=200", "--set", "eval_episodes=2", "--checkpoint-every", "1"],
+    # one frame per batch, a train line every 40 frames and at each episode's end (MuJoCo, 50-step episodes)
+    "sac-mujoco log_every": ["--frames", "600", "--seed", "10", "--set", "env_kwargs={'max_episode_steps': 50}",
+                             "--set", "learning_starts=200", "--set", "hidden=(16,)", "--set", "log_every_frames=40",
+                             "--set", "eval_every_frames=200", "--set", "eval_episodes=1", "--checkpoint-every", "100"],
 }
-HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512, "dqn-cartpole Dict": 512,
+HALF = {"sac-mujoco log_every": 300, "dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512, "dqn-cartpole Dict": 512,
         "ppo-cartpole make_env": 512, "sac-pendulum Dict": 300, "dqn-cartpole torch": 1024, "sac-pendulum torch": 300}
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports support.user_envs
 
@@ -76,7 +80,7 @@ def train_cli(recipe, out, *extra, capsys=None):
 @pytest.mark.parametrize("case", sorted(ARGS))
 def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(case, tmp_path, capsys):
     recipe = case.split()[0]
-    pytest.importorskip({"ppo-mujoco": "mujoco", "ppo-atari": "ale_py"}.get(recipe, "gymnasium"))
+    pytest.importorskip({"ppo-mujoco": "mujoco", "sac-mujoco": "mujoco", "ppo-atari": "ale_py"}.get(recipe, "gymnasium"))
     args, half = ARGS[case], HALF[case]
     straight = train_cli(recipe, tmp_path / "straight", *args, capsys=capsys)
 
@@ -105,6 +109,9 @@ def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(case, tm
     assert log(tmp_path / "straight" / "metrics.jsonl") == log(tmp_path / "split" / "metrics.jsonl")
     assert {k: v for k, v in straight.items() if k.startswith("eval_")} == {
         k: v for k, v in resumed.items() if k.startswith("eval_")}
+    if case == "sac-mujoco log_every":  # every 40 frames and every episode end (each 50 frames), once each
+        train_frames = [r["frames"] for r in log(tmp_path / "split" / "metrics.jsonl") if r["kind"] == "train"]
+        assert train_frames == sorted(set(range(40, 601, 40)) | set(range(50, 601, 50)))
     if case == "dqn-cartpole Dict":
         assert a["replay"]["storage"]["data"]["observation"]["camera"].dtype == torch.uint8
     if case == "dqn-cartpole":

@@ -17,6 +17,7 @@ def test_defaults_are_rl_zoos():
     assert (cfg.buffer_size, cfg.batch_size, cfg.lr, cfg.tau, cfg.gamma) == (1_000_000, 256, 3e-4, 0.005, 0.99)
     assert (cfg.frames_per_batch, cfg.steps_per_batch, cfg.hidden) == (1, 1, (256, 256))
     assert cfg.learn_alpha and cfg.alpha_init == 1.0 and cfg.target_entropy is None
+    assert cfg.log_every == 1000  # a train line per 1,000 frames (and per episode), not per frame
     assert apply_overrides(cfg, ["env_id=Hopper-v5"]).env_id == "Hopper-v5"
 
 

@@ -17,6 +17,7 @@ def test_defaults_are_rl_zoos():
     assert (cfg.lr, cfg.batch_size, cfg.gamma, cfg.tau, cfg.hidden) == (1e-3, 256, 0.99, 0.005, (400, 300))
     assert (cfg.frames_per_batch, cfg.steps_per_batch, cfg.policy_delay) == (1, 1, 2)
     assert (cfg.exploration_noise, cfg.target_noise, cfg.noise_clip) == (0.1, 0.2, 0.5)
+    assert cfg.log_every == 1000  # a train line per 1,000 frames (and per episode), not per frame
 
 
 def test_a_short_run_trains_evaluates_and_resumes_bitwise_on_halfcheetah(tmp_path, capsys):

@@ -103,3 +103,31 @@ def test_attaching_the_same_logger_twice_is_refused_and_lines_are_written_once(t
         logger.attach(trainer)
     trainer.run(max_epochs=1)
     assert [json.loads(line)["frames"] for line in path.read_text().splitlines()] == [4, 8]
+
+
+def _episodes_ended_at(*iterations):
+    def publish(engine):  # as EpisodeStats does on every batch
+        ended = 2 if engine.state.iteration in iterations else 0
+        engine.state.metrics["episodes_ended"] = ended
+        engine.state.metrics["episodes"] = engine.state.metrics.get("episodes", 0) + ended
+    return publish
+
+
+def test_with_every_above_one_an_iteration_where_episodes_ended_is_logged_too(tmp_path):
+    trainer = _trainer(n=10)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, _episodes_ended_at(2, 4, 7))
+    MetricsLogger(tmp_path / "m.jsonl").attach(trainer, every=4)
+    trainer.run(max_epochs=1)
+    lines = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    # every 4th iteration, and those where episodes ended: iteration 4 is both, written once
+    assert [(r["iteration"], r["episodes"], r["episodes_ended"]) for r in lines] == [
+        (2, 2, 2), (4, 4, 2), (7, 6, 2), (8, 6, 0)]
+
+
+def test_episode_ends_can_be_left_out(tmp_path):
+    trainer = _trainer(n=10)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, _episodes_ended_at(2, 4, 7))
+    MetricsLogger(tmp_path / "m.jsonl").attach(trainer, every=4, episode_ends=False)
+    trainer.run(max_epochs=1)
+    lines = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in lines] == [4, 8]
