@@ -3,7 +3,7 @@
 MuJoCo reports a warning (of its model compiler, of an unstable simulation) by printing it and
 appending it to ``MUJOCO_LOG.TXT`` in the working directory, every time. With mujoco 4 and
 gymnasium 1.4, HalfCheetah's model uses a deprecated attribute, so each HalfCheetah env made
-printed the same two lines (twelve times at the start of a ``sac-mujoco`` run) and left a log file
+printed the same warning (twelve times at the start of a ``sac-mujoco`` run) and left a log file
 wherever the run was started. :func:`route_mujoco_warnings` hands MuJoCo's warnings to
 :mod:`warnings` instead, as a :class:`MujocoWarning`: the default filter shows each message once,
 and it can be filtered like any warning. The env makers of :mod:`engine_rl.collectors.envs` call it

@@ -29,7 +29,7 @@ XLABEL = "frames"
 
 #: Record keys that are counters or bookkeeping, never plotted.
 SKIPPED_KEYS = frozenset(
-    {"kind", "frames", "optim_steps", "iteration", "time", "batches", "optim_epochs", "eval_frames"}
+    {"kind", "frames", "optim_steps", "iteration", "time", "batches", "optim_epochs", "eval_frames", "episodes_ended"}
 )
 
 _BAND_FILL = "rgba(31, 119, 180, 0.2)"
@@ -136,7 +136,7 @@ def plot_rows(record: Mapping[str, Any]) -> list[tuple[str, float, list[float]]]
         record: ``frames`` and any numbers (losses, metrics, ``eval_*`` scores).
 
     Examples:
-        >>> plot_rows({"kind": "train", "frames": 256, "optim_steps": 8, "loss": 0.5, "fps": 900.0})
+        >>> plot_rows({"kind": "train", "frames": 256, "optim_steps": 8, "episodes_ended": 2, "loss": 0.5, "fps": 900.0})
         [('loss', 256.0, [0.5]), ('fps', 256.0, [900.0])]
         >>> plot_rows({"kind": "eval", "frames": 512, "eval_return_mean": 20.0, "eval_return_std": 2.0,
         ...            "eval_return_min": 17.0, "eval_return_max": 25.0, "eval_frames": 512})
