@@ -61,7 +61,8 @@ ARGS = {
                              "--set", "learning_starts=200", "--set", "hidden=(16,)", "--set", "log_every_frames=40",
                              "--set", "eval_every_frames=200", "--set", "eval_episodes=1", "--checkpoint-every", "100"],
 }
-HALF = {"sac-mujoco log_every": 300, "dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512, "dqn-cartpole Dict": 512,
+HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512, "dqn-cartpole Dict": 512,
+        "sac-mujoco log_every": 300,
         "ppo-cartpole make_env": 512, "sac-pendulum Dict": 300, "dqn-cartpole torch": 1024, "sac-pendulum torch": 300}
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports support.user_envs
 
