@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -21,12 +22,12 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, make_checked_env
-from engine_rl.collectors.mujoco_warnings import route_for
+from engine_rl.collectors.mujoco_warnings import is_mujoco_spec, route_for
 from engine_rl.collectors.observations import ObservationField, observation_fields
 from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
 from engine_rl.spaces import is_multi_discrete
 
-__all__ = ["VecEnvSpec", "env_spaces", "env_spec", "make_vec_env", "vec_env_spec"]
+__all__ = ["EXTRAS", "VecEnvSpec", "env_spaces", "env_spec", "is_atari_id", "make_vec_env", "vec_env_spec"]
 
 VecMode = Literal["auto", "vector_entry_point", "sync", "async"]
 
@@ -36,6 +37,8 @@ def env_spec(env_id: str, *, owner: str = "env_spec") -> EnvSpec:
 
     ``"module:Id-v0"`` imports ``module`` first (as ``gymnasium.make`` does); an id not yet
     registered imports the installed :data:`REGISTERING_PACKAGES` (the Atari games) and looks again.
+    An Atari id (:func:`is_atari_id`) without ale_py, or a module of an extra that is not installed,
+    is a ``ValueError`` naming the extra (:data:`EXTRAS`).
 
     Examples:
         >>> env_spec("CartPole-v1").max_episode_steps
@@ -52,11 +55,15 @@ def env_spec(env_id: str, *, owner: str = "env_spec") -> EnvSpec:
         try:
             importlib.import_module(module)
         except ImportError as err:
+            if isinstance(err, ModuleNotFoundError) and err.name in EXTRAS:
+                raise ValueError(f"{owner}: env_id {env_id!r} needs {EXTRAS[err.name]}") from None
             raise ValueError(f"{owner}: env_id {env_id!r}: cannot import {module!r} to register it ({err})") from None
     spec = gym.registry.get(name)
     if spec is None and not module:
-        _import_registering_packages()
+        missing = _import_registering_packages()
         spec = gym.registry.get(name)
+        if spec is None and "ale_py" in missing and is_atari_id(name):
+            raise ValueError(f"{owner}: env_id {env_id!r} needs {EXTRAS['ale_py']}")
     if spec is None:
         close = difflib.get_close_matches(name, list(gym.registry), n=3)
         hint = f"close matches: {', '.join(close)}" if close else "gymnasium.pprint_registry() lists the registered ids"
@@ -69,12 +76,51 @@ def env_spec(env_id: str, *, owner: str = "env_spec") -> EnvSpec:
 REGISTERING_PACKAGES = ("ale_py",)
 
 
-def _import_registering_packages() -> None:
+#: The extra that installs each optional package envs come from, as the one-line error names it
+#: (``engine_rl`` has no hard dependency on either).
+EXTRAS = {
+    "ale_py": "the Atari extra: pip install engine_rl[atari] (ale-py)",
+    "mujoco": "the MuJoCo extra: pip install engine_rl[mujoco]",
+}
+
+#: The games ale_py registers as ``<Game>-v0``, ``<Game>-v4``, ``<Game>NoFrameskip-v0`` and
+#: ``<Game>NoFrameskip-v4`` (each game also as ``ALE/<Game>-v5``), so that an Atari id is told apart
+#: from a mistyped one without ale_py and the missing extra is named.
+ATARI_LEGACY_GAMES = frozenset("""
+    Adventure AirRaid Alien Amidar Assault Asterix Asteroids Atlantis BankHeist BattleZone BeamRider Berzerk
+    Bowling Boxing Breakout Carnival Centipede ChopperCommand CrazyClimber Defender DemonAttack DoubleDunk
+    ElevatorAction Enduro FishingDerby Freeway Frostbite Gopher Gravitar Hero IceHockey Jamesbond JourneyEscape
+    Kangaroo Krull KungFuMaster MontezumaRevenge MsPacman NameThisGame Phoenix Pitfall Pong Pooyan PrivateEye
+    Qbert Riverraid RoadRunner Robotank Seaquest Skiing Solaris SpaceInvaders StarGunner Tennis TimePilot
+    Tutankham UpNDown Venture VideoPinball WizardOfWor YarsRevenge Zaxxon
+""".split())
+
+
+def is_atari_id(env_id: str) -> bool:
+    """Whether ``env_id`` names one of ale_py's Atari games (registered only once ale_py is imported).
+
+    Examples:
+        >>> is_atari_id("ALE/Pong-v5"), is_atari_id("BreakoutNoFrameskip-v4"), is_atari_id("Pong-v0")
+        (True, True, True)
+        >>> is_atari_id("CartPole-v1"), is_atari_id("Pong-v5")
+        (False, False)
+    """
+    game = re.fullmatch(r"(\w+?)(?:NoFrameskip)?-v[04]", env_id)
+    return (
+        env_id.startswith("ALE/") or env_id.endswith("NoFrameskip-v4")
+        or (game is not None and game.group(1) in ATARI_LEGACY_GAMES)
+    )
+
+
+def _import_registering_packages() -> tuple[str, ...]:
+    """Import :data:`REGISTERING_PACKAGES`; return those that cannot be imported (not installed)."""
+    missing = []
     for package in REGISTERING_PACKAGES:
         try:
             importlib.import_module(package)
         except ImportError:
-            pass
+            missing.append(package)
+    return tuple(missing)
 
 
 _SPACES: dict[tuple[Any, ...], tuple[EnvSpec | None, gym.Space, gym.Space]] = {}
@@ -90,7 +136,8 @@ def env_spaces(
 
     The env is made once per registration (or callable), keyword arguments and wrappers, then
     closed, and its spaces kept; a ``ValueError`` naming ``owner`` if the id is not registered,
-    the env cannot be made or a wrapper does not apply.
+    the env cannot be made (one of gymnasium's MuJoCo envs without ``mujoco``: naming the extra) or a
+    wrapper does not apply.
 
     Examples:
         >>> env_spaces("CartPole-v1")
@@ -113,6 +160,8 @@ def env_spaces(
         try:
             env = gym.make(env_id, **kwargs)
         except Exception as err:  # noqa: BLE001  (a missing dependency, a failing constructor, ...)
+            if isinstance(err, gym.error.DependencyNotInstalled) and is_mujoco_spec(spec):
+                raise ValueError(f"{owner}: env_id {env_id!r} needs {EXTRAS['mujoco']}") from err
             with_kwargs = f" with env_kwargs {kwargs}" if kwargs else ""
             raise ValueError(
                 f"{owner}: env_id {env_id!r} cannot be made{with_kwargs}: {type(err).__name__}: {err}"

@@ -17,7 +17,7 @@ import warnings
 
 from gymnasium.envs.registration import EnvSpec
 
-__all__ = ["MujocoWarning", "route_mujoco_warnings", "route_for"]
+__all__ = ["MujocoWarning", "is_mujoco_spec", "route_mujoco_warnings", "route_for"]
 
 
 class MujocoWarning(RuntimeWarning):
@@ -47,8 +47,17 @@ def route_mujoco_warnings() -> bool:
     return current is _warn
 
 
-def route_for(spec: EnvSpec | None) -> None:
-    """:func:`route_mujoco_warnings` if ``spec`` is one of gymnasium's MuJoCo envs."""
+def is_mujoco_spec(spec: EnvSpec | None) -> bool:
+    """Whether ``spec`` is one of gymnasium's MuJoCo envs (registered with or without ``mujoco`` installed)."""
     entry = None if spec is None else spec.entry_point
-    if isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco"):
-        route_mujoco_warnings()
+    return isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")
+
+
+def route_for(spec: EnvSpec | None) -> None:
+    """:func:`route_mujoco_warnings` if ``spec`` is one of gymnasium's MuJoCo envs; nothing if
+    ``mujoco`` is not installed (making the env then says so)."""
+    if is_mujoco_spec(spec):
+        try:
+            route_mujoco_warnings()
+        except ImportError:
+            pass
