@@ -47,7 +47,9 @@ def evaluate_checkpoint(
         known = {f.name for f in dataclasses.fields(recipe.config_cls)}
         fields.update({k: device if k == "device" else "auto" for k in ("device", "replay_device") if k in known})
         config = make_config(recipe.name, fields)
-    except ValueError as err:  # e.g. its env is not registered here
+        if hasattr(config, "check_env"):
+            config.check_env()
+    except ValueError as err:  # e.g. its env is not registered here, or needs an extra not installed here
         raise ValueError(f"checkpoint {path}: its recipe and config cannot be rebuilt here: {err}") from err
     setup = recipe.build(config)
     try:

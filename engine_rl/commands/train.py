@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = make_config(args.recipe, overrides)
         out = args.out if args.out is not None else f"runs/{args.recipe}-seed{config.seed}"
+    if hasattr(config, "check_env"):  # an env that cannot be made or does not suit the recipe (one from an
+        config.check_env()  # extra that is not installed: naming it) is refused before --out is written to
     config_devices(config)  # a device this machine lacks is refused before anything is written to --out
     parallel = _parallel_options(args)
     debug = getattr(args, "debug", False)

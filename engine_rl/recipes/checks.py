@@ -1,10 +1,13 @@
 """Checks of recipe config fields, shared by the configs' ``__post_init__``.
 
 Each check raises a ``ValueError`` naming the config, the field, what the field accepts and the
-value it got, e.g. ``DQNConfig: lr must be a positive finite number, got nan``.
-:meth:`FieldChecks.env` also checks that ``make_env`` makes an env, or else that ``env_id`` is
-registered, and that its spaces suit the algorithm (made once per id or callable, see
-:func:`~engine_rl.collectors.envs.env_spaces`).
+value it got, e.g. ``DQNConfig: lr must be a positive finite number, got nan``. A config's
+``__post_init__`` checks its fields alone and makes no env (:meth:`FieldChecks.env_fields`), so a
+config is made and listed without the extras its env may need. :meth:`FieldChecks.env` checks
+that ``make_env`` makes an env, or else that ``env_id`` is registered, and that its spaces suit
+the algorithm (made once per id or callable, see :func:`~engine_rl.collectors.envs.env_spaces`);
+it runs through :meth:`~engine_rl.recipes.env_options.EnvOptions.check_env`, with the algorithm's
+:class:`EnvNeeds`, when a recipe is built and when ``engine-rl train`` starts.
 
 Examples:
     >>> from dataclasses import dataclass
@@ -31,6 +34,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import gymnasium as gym
@@ -38,12 +42,13 @@ import gymnasium as gym
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.collectors.env_factory import callable_name
 from engine_rl.collectors.envs import env_spaces, env_spec
+from engine_rl.collectors.wrappers import parse_wrappers
 from engine_rl.device import DEVICE_NAMES, is_device_name
 from engine_rl.envs import TORCH_ENVS
 from engine_rl.recipes.env_source import env_label, env_source
 from engine_rl.spaces import is_multi_discrete, is_vector_space
 
-__all__ = ["FieldChecks"]
+__all__ = ["EnvNeeds", "FieldChecks"]
 
 #: Vectorization modes of :func:`~engine_rl.collectors.make_vec_env`.
 VECTORIZATIONS = ("auto", "vector_entry_point", "sync", "async")
@@ -55,6 +60,16 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class EnvNeeds:
+    """What an algorithm takes of an env, declared by each recipe config as its ``env_needs``."""
+
+    algo: str
+    """The algorithm as errors name it (``"dqn"``)."""
+    actions: str
+    """``"discrete"``, ``"box"`` (a 1-D Box) or ``"discrete, multidiscrete or box"``."""
 
 
 class FieldChecks:
@@ -158,6 +173,20 @@ class FieldChecks:
                     f"{self.owner}: {name} {getattr(self.config, name)} are gymnasium options; env_backend 'torch' "
                     "takes none (use env_backend 'gymnasium')"
                 )
+
+    def env_fields(self) -> None:
+        """The fields that say where the envs come from, checked without making an env or importing
+        ``make_env``: ``env_id`` a non-empty str, ``make_env`` None, a callable or a ``'module:function'``
+        name (imported when the recipe is built), ``wrappers`` names that parse
+        (:func:`~engine_rl.collectors.wrappers.parse_wrappers`)."""
+        env_id = self.config.env_id
+        if not isinstance(env_id, str) or not env_id:
+            self.fail("env_id", "a registered gymnasium id (a non-empty str)")
+        make_env = self.config.make_env
+        if not (make_env is None or callable(make_env)
+                or (isinstance(make_env, str) and make_env.count(":") == 1 and all(make_env.split(":")))):
+            self.fail("make_env", "a callable returning a gymnasium.Env or 'module:function' naming one")
+        parse_wrappers(getattr(self.config, "wrappers", ()), owner=self.owner)
 
     def env(self, *, algo: str, actions: str, vectorization: str | None = None, encoders: bool = False,
             normalized: bool = False) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import gymnasium as gym
 import torch
@@ -30,7 +31,7 @@ from engine_rl.engine import create_trainer
 from engine_rl.exploration import EpsilonGreedy
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
-from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
+from engine_rl.recipes.checks import VECTORIZATIONS, EnvNeeds, FieldChecks
 from engine_rl.recipes.env_options import EnvOptions
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces, recipe_vec_env
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
@@ -147,6 +148,8 @@ class DQNConfig(EnvOptions):
     seed: int = 0
     """Seed of torch, the collector's envs and exploration, and the replay sampler."""
 
+    env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="dqn", actions="discrete")
+
     def __post_init__(self) -> None:
         check = FieldChecks(self)
         check.positive_ints("num_envs", "total_frames", "frames_per_batch", "optim_steps_per_batch", "buffer_size",
@@ -179,7 +182,7 @@ class DQNConfig(EnvOptions):
             )
         check.at_least("eps_start", "eps_end")
         check.at_least("buffer_size", "batch_size")
-        check.env(algo="dqn", actions="discrete", vectorization=self.vectorization, encoders=True)
+        check.env_fields()  # the env itself: check_env(), when the recipe is built
 
     @property
     def num_batches(self) -> int:
@@ -220,6 +223,7 @@ def _check_async(cfg: DQNConfig, device: torch.device, replay_device: torch.devi
 @register("dqn-cartpole", DQNConfig,
           "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames on most seeds")
 def build_dqn(cfg: DQNConfig) -> Setup:
+    cfg.check_env()
     torch.manual_seed(cfg.seed)
     device, replay_device = config_devices(cfg)
     if cfg.async_collection:

@@ -103,7 +103,8 @@ class OffPolicyConfig(EnvOptions):
     """Seed of torch, the collector's envs, the exploration and the replay sampler."""
 
     def __post_init__(self) -> None:
-        """Checks every field; subclasses check their own fields, then ``env_id`` (``FieldChecks.env``)."""
+        """Checks every field (subclasses check their own after); the env itself is checked when the
+        recipe is built (``check_env``, with the subclass's ``env_needs``)."""
         owner = type(self).__name__
         check = FieldChecks(self)
         check.positive_ints("num_envs", "total_frames", "frames_per_batch", "buffer_size", "batch_size",
@@ -133,6 +134,7 @@ class OffPolicyConfig(EnvOptions):
                 f"{owner}: learning_starts ({self.learning_starts}) exceeds total_frames ({self.total_frames})"
             )
         check.at_least("buffer_size", "batch_size")
+        check.env_fields()  # the env itself: check_env(), when the recipe is built
 
     @property
     def steps_per_batch(self) -> int:

@@ -15,6 +15,7 @@ minibatch steps (``MinibatchSampler``), gradient clipping, optional KL early sto
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import torch
@@ -29,7 +30,7 @@ from engine_rl.engine import create_trainer
 from engine_rl.envs import TorchEnv
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
-from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
+from engine_rl.recipes.checks import VECTORIZATIONS, EnvNeeds, FieldChecks
 from engine_rl.recipes.env_options import EnvOptions
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces
 from handlers.advantage import GAEAdvantage
@@ -137,6 +138,8 @@ class PPOConfig(EnvOptions):
     seed: int = 0
     """Seed of torch, the envs, the policy's sampling and the minibatch shuffling."""
 
+    env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="ppo", actions="discrete, multidiscrete or box")
+
     def __post_init__(self) -> None:
         check = FieldChecks(self)
         check.positive_ints("num_envs", "total_frames", "steps_per_env", "batch_size", "num_epochs", "eval_every",
@@ -162,8 +165,7 @@ class PPOConfig(EnvOptions):
                 f"PPOConfig: batch_size ({self.batch_size}) exceeds the frames per batch "
                 f"(num_envs * steps_per_env = {self.frames_per_batch})"
             )
-        check.env(algo="ppo", actions="discrete, multidiscrete or box", vectorization=self.vectorization, encoders=True,
-                  normalized=self.normalize_observations)
+        check.env_fields()  # the env itself: check_env(), when the recipe is built
         if self.env_backend == "torch":
             check.torch_env()
 
@@ -190,6 +192,7 @@ def _make_env(
 
 @register("ppo-cartpole", PPOConfig, "PPO on CartPole-v1 (rl-zoo hyperparameters); solves it in 100k frames")
 def build_ppo(cfg: PPOConfig) -> Setup:
+    cfg.check_env()
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device, owner=type(cfg).__name__)
     env = _make_env(cfg, cfg.num_envs, device)

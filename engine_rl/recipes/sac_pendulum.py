@@ -15,6 +15,7 @@ defaults to ``frames_per_batch``) while paying the per-batch engine cost less of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -23,7 +24,7 @@ from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.device import config_devices
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
-from engine_rl.recipes.checks import FieldChecks
+from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.env_source import recipe_collector, recipe_env
 from engine_rl.recipes.off_policy import OffPolicyConfig, box_spaces, build_off_policy, observation_encoders
 from handlers import TargetNetUpdater
@@ -52,17 +53,19 @@ class SACConfig(OffPolicyConfig):
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up actions and the replay sampler."""
 
+    env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="sac", actions="box")
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check = FieldChecks(self)
         check.positive("alpha_init")
         check.bools("learn_alpha")
         check.finite("target_entropy", optional=True)
-        check.env(algo="sac", actions="box", vectorization=self.vectorization, encoders=True)
 
 
 @register("sac-pendulum", SACConfig, "SAC on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")
 def build_sac(cfg: SACConfig) -> Setup:
+    cfg.check_env()
     torch.manual_seed(cfg.seed)
     device, replay_device = config_devices(cfg)
     observation_space, space = box_spaces(cfg, algo="sac")

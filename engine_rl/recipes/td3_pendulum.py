@@ -14,6 +14,7 @@ every second one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -23,7 +24,7 @@ from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
 from engine_rl.device import config_devices
 from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
-from engine_rl.recipes.checks import FieldChecks
+from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.env_source import recipe_collector, recipe_env
 from engine_rl.recipes.off_policy import OffPolicyConfig, box_spaces, build_off_policy, observation_encoders
 from handlers import TargetNetUpdater
@@ -64,16 +65,18 @@ class TD3Config(OffPolicyConfig):
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up and exploration noise, and the replay sampler."""
 
+    env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="td3", actions="box")
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check = FieldChecks(self)
         check.positive_ints("policy_delay")
         check.nonnegative("exploration_noise", "target_noise", "noise_clip")
-        check.env(algo="td3", actions="box", vectorization=self.vectorization, encoders=True)
 
 
 @register("td3-pendulum", TD3Config, "TD3 on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")
 def build_td3(cfg: TD3Config) -> Setup:
+    cfg.check_env()
     torch.manual_seed(cfg.seed)
     device, replay_device = config_devices(cfg)
     observation_space, space = box_spaces(cfg, algo="td3")

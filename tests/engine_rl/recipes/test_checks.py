@@ -1,5 +1,6 @@
 """Every recipe config checks its fields at construction: errors name the config, the field, what
-it accepts and the value; env ids must be registered and their spaces must suit the algorithm."""
+it accepts and the value. The env a config names (registered, spaces suiting the algorithm) is
+checked when the recipe is built: tests/engine_rl/recipes/test_env_checks.py."""
 
 import dataclasses
 
@@ -36,29 +37,16 @@ BAD = [
     (DQNConfig, {"info_keys": ("a", "a")},
      r"DQNConfig: info_keys must be a tuple of distinct non-empty strings, got \('a', 'a'\)"),
     (DQNConfig, {"buffer_size": 100, "batch_size": 256}, r"DQNConfig: buffer_size \(100\) must be >= batch_size \(256\)"),
-    (DQNConfig, {"env_id": "Foo-v0"}, "DQNConfig: env_id 'Foo-v0' is not a registered gymnasium env; "),
-    (DQNConfig, {"env_id": "Cartpole-v1"}, "close matches: CartPole-v1"),
-    (DQNConfig, {"env_id": "Pendulum-v1"}, "DQNConfig: dqn needs a discrete action space; Pendulum-v1 has Box actions"),
-    (DQNConfig, {"env_id": "Blackjack-v1", "vectorization": "sync"},
-     r"DQNConfig: dqn \(Blackjack-v1\): the observation space is Tuple\(Discrete\(32\), Discrete\(11\), "
-     r"Discrete\(2\)\), which cannot be stored; .* flatten it \(wrappers=FlattenObservation"),
-    (DQNConfig, {"env_id": "Acrobot-v1", "vectorization": "vector_entry_point"},
-     "DQNConfig: vectorization 'vector_entry_point' needs an env that registers a vector entry point; "
-     r"Acrobot-v1 has none \(use 'auto', 'sync' or 'async'\)"),
     (PPOConfig, {"gae_lambda": 1.5}, r"PPOConfig: gae_lambda must be a number in \[0, 1\], got 1.5"),
     (PPOConfig, {"adam_eps": 0.0}, "PPOConfig: adam_eps must be a positive finite number, got 0.0"),
     (PPOConfig, {"entropy_coef": -0.01}, "PPOConfig: entropy_coef must be a finite number >= 0, got -0.01"),
     (PPOConfig, {"target_kl": 0.0}, "PPOConfig: target_kl must be a positive finite number or None, got 0.0"),
     (PPOConfig, {"activation": "gelu"}, r"PPOConfig: activation must be one of \('relu', 'tanh'\), got 'gelu'"),
-    (PPOConfig, {"env_id": "Blackjack-v1"}, r"PPOConfig: ppo \(Blackjack-v1\): the observation space is Tuple"),
-    (SACConfig, {"env_id": "CartPole-v1"},
-     r"SACConfig: sac needs a continuous \(Box\) action space; CartPole-v1 has Discrete actions"),
     (SACConfig, {"buffer_size": 100, "batch_size": 256}, r"SACConfig: buffer_size \(100\) must be >= batch_size \(256\)"),
     (SACConfig, {"tau": 0.0}, r"SACConfig: tau must be a number in \(0, 1\], got 0.0"),
     (SACConfig, {"alpha_init": NAN}, "SACConfig: alpha_init must be a positive finite number, got nan"),
     (SACConfig, {"target_entropy": INF}, "SACConfig: target_entropy must be a finite number or None, got inf"),
     (SACConfig, {"vectorization": "fast"}, "SACConfig: vectorization must be one of"),
-    (TD3Config, {"env_id": "CartPole-v1"}, r"TD3Config: td3 needs a continuous \(Box\) action space; CartPole-v1 has"),
     (TD3Config, {"noise_clip": INF}, "TD3Config: noise_clip must be a finite number >= 0, got inf"),
     (TD3Config, {"optim_steps_per_batch": 0}, "TD3Config: optim_steps_per_batch must be a positive int or None, got 0"),
 ]

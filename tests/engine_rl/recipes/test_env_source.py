@@ -84,7 +84,7 @@ def test_env_kwargs_from_the_command_line_and_their_errors():
         PPOConfig(env_kwargs={"map name": 1})
     with pytest.raises(ValueError, match=r"^PPOConfig: env_id 'FrozenLake-v1' cannot be made with env_kwargs "
                                          r"\{'mapname': '8x8'\}: TypeError: .*unexpected keyword argument 'mapname'"):
-        PPOConfig(env_id="FrozenLake-v1", env_kwargs={"mapname": "8x8"})
+        PPOConfig(env_id="FrozenLake-v1", env_kwargs={"mapname": "8x8"}).check_env()  # the env: at build time
 
 
 def test_an_ale_v5_id_is_made_without_its_own_frame_skip_for_the_atari_wrappers():
