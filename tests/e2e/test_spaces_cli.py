@@ -113,6 +113,7 @@ def test_a_space_or_name_the_recipe_cannot_take_is_one_line(args, message, tmp_p
     assert main([*args, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+    assert not any(tmp_path.iterdir())  # refused (the env checked) before anything is written to --out
 
 
 def test_a_users_env_module_registers_its_env_on_the_command_line(tmp_path, capsys):
