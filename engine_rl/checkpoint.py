@@ -47,6 +47,7 @@ Examples:
 from __future__ import annotations
 
 import re
+import stat
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -77,6 +78,7 @@ __all__ = [
     "attached_objects",
     "check_finite",
     "check_weights_only",
+    "file_kind",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
@@ -97,6 +99,20 @@ def remove_partial_files(folder: str | Path) -> list[Path]:
 
 
 # -- reading -------------------------------------------------------------------------------------
+
+
+def file_kind(path: str | Path) -> str:
+    """What ``path`` is when it is not a regular file, for messages: ``"a folder"``, ``"a FIFO"``,
+    ``"a character device"``...
+
+    Examples:
+        >>> file_kind("/dev/null")
+        'a character device'
+    """
+    mode = Path(path).stat().st_mode
+    kinds = [(stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Read a checkpoint with ``torch.load(..., weights_only=True)``, checking it first.
 
@@ -118,8 +134,9 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         engine_rl.checkpoint_writes.CheckpointError: checkpoint .../ck.pt: truncated or not a checkpoint (not a complete torch.save zip archive: File is not a zip file); ...
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path}: no such file")
+    if not path.is_file():  # a FIFO would block the read, a device never end it
+        what = "no such file" if not path.exists() else f"is not a regular file ({file_kind(path)})"
+        raise CheckpointError(f"checkpoint {path}: {what}")
     size = path.stat().st_size
     if size == 0:
         raise CheckpointError(f"checkpoint {path}: empty file (0 bytes); it was cut off before anything was written")
@@ -222,7 +239,11 @@ def load_inference(path: str | Path) -> dict[str, Any]:
     if state.get("format") != INFERENCE_FORMAT:
         kind = "a full training checkpoint" if "trainer" in state else "not an inference checkpoint"
         raise CheckpointError(
-            f"checkpoint {path}: is {kind} (entries {sorted(state)[:8]}); expected format {INFERENCE_FORMAT!r}: "
-            "use RUN/inference.pt or a file of RUN/best/"
+            f"checkpoint {path}: is {kind} (entries {sorted(map(str, state))[:8]}); expected format "
+            f"{INFERENCE_FORMAT!r}: use RUN/inference.pt or a file of RUN/best/"
         )
+    for key, kind in (("recipe", str), ("config", dict)):
+        if not isinstance(state.get(key), kind):
+            raise CheckpointError(f"checkpoint {path}: its {key!r} entry is {type(state.get(key)).__name__}, "
+                                  f"not a {kind.__name__}; the file was not written by engine_rl or was altered")
     return state

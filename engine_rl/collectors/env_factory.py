@@ -4,9 +4,10 @@ A recipe's ``make_env`` field (and the first argument of :func:`~engine_rl.colle
 may be a callable that returns one ``gymnasium.Env``: a function, a class, a
 ``functools.partial``. A config file can only hold text, so ``config.json`` records it by
 :func:`callable_name`, and :func:`resolve_callable` imports such a name back, for ``--resume``
-and ``engine-rl eval``. Only a function or class defined at the top level of an importable module
-has a name that imports back; a lambda, a partial or a notebook's function is recorded (so a
-changed one is noticed on resume) but its run resumes from Python, with the same config.
+and ``engine-rl eval`` once the user names it again or trusts the file
+(:mod:`engine_rl.recipes.stored_config`). Only a function or class defined at the top level of an
+importable module has a name that imports back; a lambda, a partial or a notebook's function is
+recorded (so a changed one is noticed on resume) but its run resumes from Python, with the same config.
 
 Examples:
     >>> callable_name(gym.make)
@@ -28,7 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["EnvFactory", "callable_name", "make_checked_env", "resolve_callable"]
+__all__ = ["EnvFactory", "callable_name", "check_callable_name", "make_checked_env", "resolve_callable"]
 
 EnvFactory = Callable[..., gym.Env]
 
@@ -58,6 +59,32 @@ def resolve_callable(value: Any, *, owner: str, field: str = "make_env") -> EnvF
     ``owner``, ``field`` and the value otherwise."""
     if callable(value):
         return value
+    module_name, qualname = check_callable_name(value, owner=owner, field=field)
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"{owner}: {field} {value!r} cannot be imported: {err}") from None
+    if not callable(target):
+        raise ValueError(f"{owner}: {field} {value!r} names a {type(target).__name__}, not a callable")
+    return target
+
+
+def check_callable_name(value: Any, *, owner: str, field: str = "make_env") -> tuple[str, str]:
+    """``(module, qualname)`` of a ``"module:qualname"`` name that :func:`resolve_callable` could
+    import, found without importing anything; a ``ValueError`` naming ``owner``, ``field`` and
+    the value for any other value (a recorded partial, lambda or ``__main__`` function, which
+    cannot be imported back).
+
+    Examples:
+        >>> check_callable_name("os:system", owner="demo")
+        ('os', 'system')
+        >>> check_callable_name("functools.partial(os:system, 'ls')", owner="demo")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: demo: make_env "functools.partial(os:system, 'ls')" is a recorded partial, ...
+    """
     resumes_from_python = (
         "; a run made by a lambda, a partial or a function of a notebook or script resumes from Python, "
         "with train(name, config, out, resume=True) and the same make_env"
@@ -74,15 +101,7 @@ def resolve_callable(value: Any, *, owner: str, field: str = "make_env") -> EnvF
     module_name, qualname = value.split(":")
     if module_name == "__main__" or "<" in qualname:  # '<lambda>', 'make.<locals>.inner'
         raise ValueError(f"{owner}: {field} {value!r} cannot be imported by its name{resumes_from_python}")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"{owner}: {field} {value!r} cannot be imported: {err}") from None
-    if not callable(target):
-        raise ValueError(f"{owner}: {field} {value!r} names a {type(target).__name__}, not a callable")
-    return target
+    return module_name, qualname
 
 
 def make_checked_env(fn: EnvFactory, *, owner: str = "make_env", **kwargs: Any) -> gym.Env:

@@ -6,6 +6,11 @@ config that rebuild the policy. The recipe is built with that config, the weight
 into its evaluation policy, and its own evaluator runs (the same env copies as the run's
 evaluations), so with the run's ``eval_seed`` and ``eval_episodes`` (the defaults) the scores
 are those of an evaluation during training with that policy.
+
+The stored config is data: a checkpoint whose config names code (a ``make_env``, an ``env_id``
+with a module prefix) is refused before anything is built from it, unless ``--trust-config``
+says the file is trusted (:mod:`engine_rl.recipes.stored_config`); evaluating a checkpoint from
+someone else never runs their code by itself.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from engine_rl.evaluation import Evaluator, create_evaluator
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.env_source import recipe_vec_env
 from engine_rl.recipes.runner import make_config
+from engine_rl.recipes.stored_config import check_stored_code
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,18 +37,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--device", default="auto", metavar="DEVICE",
                    help="where the policy runs: auto (default: CUDA when available, else the CPU), cpu, cuda or cuda:N; "
                         "a checkpoint written on a GPU evaluates on a CPU")
+    e.add_argument("--trust-config", action="store_true",
+                   help="let the checkpoint's config run the code it names (make_env, an env_id with a module "
+                        "prefix); refused without it")
 
 
 def evaluate_checkpoint(
-    path: str | Path, *, episodes: int | None = None, seed: int | None = None, device: str = "auto"
+    path: str | Path,
+    *,
+    episodes: int | None = None,
+    seed: int | None = None,
+    device: str = "auto",
+    trust_config: bool = False,
 ) -> dict:
-    """Rebuild the policy of an inference checkpoint on ``device`` and evaluate it; return the metrics."""
+    """Rebuild the policy of an inference checkpoint on ``device`` and evaluate it; return the metrics.
+
+    A config that names code (``make_env``, a module-prefixed ``env_id``) is a ``ValueError``
+    unless ``trust_config``; nothing it names is imported or called before that check.
+    """
     path = Path(path)
     if path.is_dir():
+        if not (path / "inference.pt").exists():
+            raise CheckpointError(f"checkpoint {path}: a folder without inference.pt; name an inference checkpoint "
+                                  "(RUN/inference.pt, RUN/best/*.pt) or a run folder holding inference.pt")
         path = path / "inference.pt"
     state = load_inference(path)
+    cannot = f"checkpoint {path}: its recipe and config cannot be rebuilt here"
     try:
         recipe = get_recipe(state["recipe"])
+    except ValueError as err:
+        raise ValueError(f"{cannot}: {err}") from err
+    check_stored_code(state["config"], source=f"checkpoint {path}: its config", owner=recipe.config_cls.__name__,
+                      trusted=trust_config)
+    try:
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()}
         known = {f.name for f in dataclasses.fields(recipe.config_cls)}
         fields.update({k: device if k == "device" else "auto" for k in ("device", "replay_device") if k in known})
@@ -50,7 +77,7 @@ def evaluate_checkpoint(
         if hasattr(config, "check_env"):
             config.check_env()
     except ValueError as err:  # e.g. its env is not registered here, or needs an extra not installed here
-        raise ValueError(f"checkpoint {path}: its recipe and config cannot be rebuilt here: {err}") from err
+        raise ValueError(f"{cannot}: {err}") from err
     setup = recipe.build(config)
     try:
         try:
@@ -90,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
             value = getattr(args, name)
             if value is not None and value < (1 if name == "episodes" else 0):
                 raise ValueError(f"--{name} must be {'>= 1' if name == 'episodes' else '>= 0'}, got {value}")
-        result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, seed=args.seed, device=args.device)
+        result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, seed=args.seed, device=args.device,
+                                     trust_config=args.trust_config)
     except (ValueError, CheckpointError) as err:
         return fail(err, debug=getattr(args, "debug", False))
     print(json.dumps(result))

@@ -5,7 +5,9 @@ with the config saved in ``--out/config.json``; it exits with an error if ``--fr
 ``--seed`` or ``--set`` would change that config. A run that fails on a bad checkpoint or an env
 error exits with status 1 and a one-line message naming the file, or the env copy and step.
 ``--device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``) is the one field a resume may change: a run
-saved on a GPU machine continues on a CPU one with ``--resume --device cpu``.
+saved on a GPU machine continues on a CPU one with ``--resume --device cpu``. ``config.json`` is
+data: a ``make_env`` or an ``env_id`` with a module prefix in it runs only when named again
+(``--resume --set make_env=mymodule:make_env``) or with ``--trust-config``.
 
 ``--nproc N`` trains data-parallel in N processes on this machine (``ignite.distributed``, gloo
 on CPU, nccl on GPU; see :mod:`engine_rl.distributed`); ``--frames`` then counts the frames of
@@ -34,7 +36,6 @@ from engine_rl.commands import fail, one_line
 from engine_rl.device import config_devices
 from engine_rl.distributed import launched_externally, run_parallel
 from engine_rl.recipes import get_recipe
-from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.runner import RunError, load_run_config, make_config, train
 
 #: Where a bare ``--visdom`` posts (and where it starts a server if none answers).
@@ -60,6 +61,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "and no server there, one is started for the run); one env per run, named after --out")
     t.add_argument("--resume", nargs="?", const=True, default=False, metavar="PATH",
                    help="continue the run in --out from its newest checkpoint (or from PATH), with its saved config")
+    t.add_argument("--trust-config", action="store_true",
+                   help="with --resume: let the run folder's config.json run the code it names (make_env, an "
+                        "env_id with a module prefix); without it, that code must be named again with --set")
     t.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="batches between full checkpoints (default: a tenth of the run)")
     t.add_argument("--until-frames", type=int, default=None, metavar="F",
@@ -97,9 +101,12 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         seed = args.seed if args.seed is not None else make_config(args.recipe).seed
         out = args.out if args.out is not None else f"runs/{args.recipe}-seed{seed}"
-        config = load_run_config(out, args.recipe)
-        if overrides:  # the runner refuses them if they change the saved config
-            config = apply_overrides(config, overrides)
+        # the runner refuses overrides that change the saved config; naming its make_env or
+        # module-prefixed env_id again (or --trust-config) is what lets the stored config run that code
+        config = load_run_config(out, args.recipe, overrides=overrides, trust_config=args.trust_config)
+    elif args.trust_config:
+        raise ValueError("--trust-config goes with --resume (it trusts the code a run folder's config.json names); "
+                         "without --resume the config comes from this command line")
     else:
         config = make_config(args.recipe, overrides)
         out = args.out if args.out is not None else f"runs/{args.recipe}-seed{config.seed}"

@@ -18,14 +18,14 @@ from typing import Any
 import ignite.distributed as idist
 from ignite.handlers import Checkpoint
 
-from engine_rl.checkpoint import list_checkpoints
+from engine_rl.checkpoint import file_kind, list_checkpoints
 from engine_rl.collectors.env_factory import callable_name
 from engine_rl.run_lock import RunLock, RunLockError
 
 __all__ = [
     "RunError", "check_out", "check_same_config", "config_record", "drop_newer_checkpoints", "drop_untracked_best",
-    "existing_or_none", "make_out", "nothing_to_resume", "open_run_folder", "track_files_on_disk", "truncate_metrics",
-    "write_text",
+    "existing_or_none", "make_out", "nothing_to_resume", "open_run_folder", "read_config_json", "track_files_on_disk",
+    "truncate_metrics", "write_text",
 ]
 
 
@@ -57,11 +57,42 @@ def nothing_to_resume(out: Path) -> RunError:
 MOVABLE = ("device", "replay_device")
 
 
+def read_config_json(out: Path) -> dict[str, Any]:
+    """The JSON object in ``out/config.json``, as stored (data: nothing it names is imported); a
+    :class:`RunError` naming the file and what is wrong: missing, not a regular file, unreadable,
+    not UTF-8, not valid JSON (where), not an object."""
+    path = out / "config.json"
+    if not path.exists():
+        raise nothing_to_resume(out)
+    if not path.is_file():
+        raise RunError(f"--resume: {path} is not a regular file ({file_kind(path)}); "
+                       "a run's config.json is a JSON file")
+    damaged = "it was cut off or edited: restore it, or start a new run in another --out"
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as err:
+        raise RunError(f"--resume: {path} cannot be read ({err.strerror or err})") from err
+    except UnicodeDecodeError as err:
+        raise RunError(f"--resume: {path} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+                       f"{err.start}); {damaged}") from None
+    try:
+        saved = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RunError(f"--resume: {path} is not valid JSON ({err.msg}: line {err.lineno} column {err.colno}); "
+                       f"{damaged}") from None
+    if not isinstance(saved, dict):
+        raise RunError(f"--resume: {path} holds {_json_kind(saved)}, not a JSON object; {damaged}")
+    return saved
+
+
+def _json_kind(value: Any) -> str:
+    names = {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
 def check_same_config(out: Path, name: str, config: Any) -> None:
     path = out / "config.json"
-    if not path.is_file():
-        raise nothing_to_resume(out)
-    saved, now = json.loads(path.read_text()), config_record(name, config)
+    saved, now = read_config_json(out), config_record(name, config)
     # a field added to the recipe since the run was saved is no difference while it keeps its
     # default (the run trained with what the default does)
     defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(config)

@@ -36,10 +36,12 @@ from engine_rl.recipes.run_folder import (
     drop_untracked_best,
     existing_or_none,
     open_run_folder,
+    read_config_json,
     track_files_on_disk,
     truncate_metrics,
     write_text,
 )
+from engine_rl.recipes.stored_config import CODE_FIELDS, check_stored_code, named_fields
 from handlers.distributed import AllReducedEpisodeStats, make_data_parallel
 from handlers.episodes import EpisodeStats, Throughput
 from handlers.metrics_log import MetricsLogger, json_number
@@ -67,16 +69,41 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def load_run_config(out_dir: str | Path, name: str | None = None) -> Any:
-    """The config a run in ``out_dir`` was started with (its ``config.json``), for ``--resume``."""
-    path = Path(out_dir) / "config.json"
-    if not path.is_file():
-        raise RunError(f"--resume: {out_dir} holds no run to resume (no config.json)")
-    saved = json.loads(path.read_text())
+def load_run_config(
+    out_dir: str | Path,
+    name: str | None = None,
+    *,
+    overrides: list[str] | dict[str, Any] | None = None,
+    trust_config: bool = False,
+) -> Any:
+    """The config a run in ``out_dir`` was started with (its ``config.json``), for ``--resume``,
+    with ``overrides`` (``--set``, ``--frames``...: :func:`train` refuses any that change it).
+
+    ``config.json`` is data: a ``make_env`` or a module-prefixed ``env_id`` in it (code to
+    import and call) is refused before anything is made from it, unless ``overrides`` names that
+    field again or ``trust_config`` (``--trust-config``) says the folder is trusted
+    (:mod:`engine_rl.recipes.stored_config`).
+
+    Raises:
+        RunError: no ``config.json``, or one that cannot be read (naming the file and what is
+            wrong), or one of another recipe than ``name``.
+        ValueError: the config names code that the user did not name again; a field that does
+            not fit the recipe.
+    """
+    out = Path(out_dir)
+    saved = read_config_json(out)
     recipe = saved.pop("recipe", None)
+    if not isinstance(recipe, str):
+        raise RunError(f"--resume: {out / 'config.json'} names no recipe (its 'recipe' entry is {recipe!r})")
     if name is not None and recipe != name:
         raise RunError(f"--resume: {out_dir} holds a {recipe!r} run, not {name!r}")
-    return make_config(recipe, {k: _plain(v) for k, v in saved.items()})
+    named = named_fields(overrides)
+    check_stored_code(saved, source=f"--resume: {out / 'config.json'}", owner=get_recipe(recipe).config_cls.__name__,
+                      named=named, trusted=trust_config, again="--set")
+    fields = {k: _plain(v) for k, v in saved.items()}
+    fields.update({k: named[k] for k in CODE_FIELDS if k in named})  # the user's code, never the file's
+    config = make_config(recipe, fields)
+    return apply_overrides(config, overrides) if overrides else config
 
 
 def _check_options(**options: Any) -> None:

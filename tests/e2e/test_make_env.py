@@ -63,11 +63,13 @@ def test_the_cli_trains_resumes_and_evaluates_a_make_env_named_by_module(tmp_pat
     args = ["--set", "make_env=support.user_envs:make_corridor", "--set", "eval_every=4", "--set", "eval_episodes=4",
             "--frames", "2048", "--no-progress", "--out", str(tmp_path)]
     assert main(["train", "ppo-cartpole", *args, "--until-frames", "1024"]) == 0
-    assert main(["train", "ppo-cartpole", "--resume", "--no-progress", "--out", str(tmp_path)]) == 0
+    # config.json names the make_env; a resume runs it once the user names it again (or trusts the folder)
+    assert main(["train", "ppo-cartpole", "--resume", "--no-progress", "--out", str(tmp_path),
+                 "--set", "make_env=support.user_envs:make_corridor"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["resumed_from"].endswith("checkpoint_1024.pt") and summary["eval_return_mean"] == 1.0
     assert json.loads((tmp_path / "config.json").read_text())["make_env"] == "support.user_envs:make_corridor"
-    assert main(["eval", str(tmp_path)]) == 0
+    assert main(["eval", str(tmp_path), "--trust-config"]) == 0
     evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert evaluated["return_mean"] == 1.0 and evaluated["length_mean"] == 4.0
 

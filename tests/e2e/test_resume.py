@@ -88,9 +88,12 @@ def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(case, tm
     paused = train_cli(recipe, tmp_path / "split", *args, "--until-frames", str(half), capsys=capsys)
     assert paused["paused"] and paused["frames"] == half
     assert paused["checkpoint"].endswith(f"checkpoint_{half}.pt")
+    # config.json is data: the code it names (make_env, a module-prefixed env_id) runs when named again
+    named_again = [part for flag, value in zip(args, args[1:])
+                   if flag == "--set" and value.startswith(("make_env=", "env_id=support.")) for part in (flag, value)]
     res = subprocess.run(  # a new process loads the checkpoint and trains the second half
         [sys.executable, "-m", "engine_rl", "train", recipe, "--out", str(tmp_path / "split"), "--resume",
-         "--no-progress", *args[args.index("--checkpoint-every"):]],
+         "--no-progress", *named_again, *args[args.index("--checkpoint-every"):]],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))},
     )
