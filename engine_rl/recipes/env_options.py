@@ -36,7 +36,8 @@ class EnvOptions:
     """For Python users: a callable that makes one env copy (a function, a class, ``functools.partial(MyEnv,
     size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
     evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
-    ``--resume`` and ``engine-rl eval`` import back (``engine_rl.collectors.env_factory``). None by default."""
+    ``--resume`` and ``engine-rl eval`` import back only when named again or trusted (``--set make_env=...``,
+    ``--trust-config``: ``engine_rl.recipes.stored_config``). None by default."""
     env_kwargs: dict[str, Any] | None = None
     """Keyword arguments of ``gymnasium.make`` (or of ``make_env``), as Python literals, e.g. ``--set
     "env_kwargs={'map_name': '8x8', 'is_slippery': False}"`` or ``{'obs_type': 'ram'}``; None by default."""
