@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,13 @@ from engine_rl.collectors.env_factory import callable_name
 from engine_rl.run_lock import RunLock, RunLockError
 
 __all__ = [
-    "RunError", "check_out", "check_same_config", "config_record", "drop_newer_checkpoints", "drop_untracked_best",
-    "existing_or_none", "make_out", "nothing_to_resume", "open_run_folder", "read_config_json", "track_files_on_disk",
-    "truncate_metrics", "write_text",
+    "RunError", "check_out", "check_resume_source", "check_same_config", "config_record", "drop_newer_checkpoints",
+    "drop_untracked_best", "existing_or_none", "make_out", "nothing_to_resume", "open_run_folder", "read_config_json",
+    "results_of", "track_files_on_disk", "truncate_metrics", "write_text",
 ]
+
+
+_CHECKPOINT = re.compile(r"^checkpoint_\d+\.pt$")
 
 
 class RunError(ValueError):
@@ -187,6 +191,49 @@ def drop_untracked_best(best: Checkpoint) -> None:
             best.save_handler.remove(path.name)
 
 
+def check_resume_source(out: Path, resume: bool | str | Path) -> None:
+    """What ``--resume`` continues from is this run's: ``--resume PATH`` names a checkpoint file in
+    ``out/checkpoints`` (another run's checkpoint would continue that run's state under this run's
+    config, and the resume would delete this run's newer checkpoints); a plain ``--resume`` of a
+    folder with no checkpoint would start the run over, so it is refused while the folder holds
+    results that would be replaced (a kill before anything was logged starts over).
+    Nothing is deleted before these checks pass."""
+    ckpt_dir = out / "checkpoints"
+    if not isinstance(resume, bool):
+        path = Path(resume)
+        if path.resolve().parent != ckpt_dir.resolve():
+            raise RunError(
+                f"--resume {path}: not a checkpoint of the run in {out} (its checkpoints are in {ckpt_dir}); "
+                "a run continues from its own checkpoints only (to continue the run that wrote it, use that run's "
+                "folder as --out)"
+            )
+        if not path.is_file() or not _CHECKPOINT.match(path.name):
+            held = ", ".join(p.name for p in list_checkpoints(ckpt_dir)) or "none"
+            raise RunError(f"--resume {path}: no such checkpoint (checkpoint_<frames>.pt files in {ckpt_dir}: {held})")
+        return
+    if list_checkpoints(ckpt_dir):
+        return
+    replaced = results_of(out)
+    if replaced:
+        raise RunError(
+            f"--resume: {out} holds no checkpoint to continue from ({ckpt_dir} is empty or gone), so the run would "
+            f"start over and replace {', '.join(replaced)}; drop --resume to start over (replacing them), "
+            "or move them away, or use another --out"
+        )
+
+
+def results_of(out: Path) -> list[str]:
+    """The files of ``out`` that a run starting over would replace: a non-empty ``metrics.jsonl``,
+    ``summary.json``, ``inference.pt``, ``policy.pt`` and the best policies (``best/*.pt``)."""
+    found = []
+    metrics = out / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        found.append(str(metrics))
+    found += [str(out / n) for n in ("summary.json", "inference.pt", "policy.pt") if (out / n).is_file()]
+    found += [str(p) for p in sorted((out / "best").glob("*.pt"))]
+    return found
+
+
 def existing_or_none(path: str | Path | None) -> str | None:
     """``path`` as a string for ``summary.json`` if the file is there; else ``None`` (JSON null)."""
     return None if path is None or not Path(path).is_file() else str(path)
@@ -212,6 +259,7 @@ def open_run_folder(
     try:
         if resume:
             check_same_config(out, name, config)
+            check_resume_source(out, resume)
     except BaseException:
         lock.release()
         raise

@@ -139,8 +139,10 @@ def train(
     state_dict) and ``summary.json`` (returned too). The summary's paths (``checkpoint``,
     ``best_checkpoint``, ``inference``, ``metrics``, ``resumed_from``) are ``out_dir``'s files as
     ``out_dir`` was given (relative to the working directory if it is relative), or null where
-    there is none (no evaluation yet: no best); ``resumed_from``, the checkpoint the run started
-    from, may since have been pruned (``n_saved``).
+    there is none (no evaluation yet: no best; ``resumed_from``, the checkpoint the run continued
+    from, once the rotation of ``n_saved`` deleted it: ``resumed_from_frames`` still says which).
+    ``wall_time_s`` and ``fps`` count this call's training only (``fps`` is null if it collected
+    no frames: a finished run resumed).
     With ``visdom`` (a server URL), the run is also plotted live there, in a visdom env named
     after ``out_dir``.
 
@@ -152,10 +154,15 @@ def train(
 
     Args:
         resume: continue the run in ``out_dir`` from its newest checkpoint (``True``) or from
-            the given checkpoint file. ``config`` must equal the saved ``config.json`` (see
-            :func:`load_run_config`). ``metrics.jsonl`` is cut back to the checkpoint's frames,
-            and the checkpoints past them are deleted (resuming from an older file replaces
-            what followed it). With no checkpoint yet (killed before the first), the run starts over.
+            the given checkpoint file, which must be one of ``out_dir/checkpoints``. ``config``
+            must equal the saved ``config.json`` (see :func:`load_run_config`). Once the
+            checkpoint is loaded, ``metrics.jsonl`` is cut back to its frames and the checkpoints
+            past them are deleted (resuming from an older file replaces what followed it). With
+            no checkpoint yet (killed before the first), the run starts over, unless the folder
+            holds results that would be replaced (:func:`~engine_rl.recipes.run_folder.check_resume_source`).
+            A run killed after its last batch's frames but before its final evaluation, best
+            policy, inference files or summary were written finishes them on resume: its final
+            checkpoint is written after the final evaluation.
         checkpoint_every: batches between full checkpoints (default: each Ignite epoch).
         until_frames: pause once this many frames are collected: checkpoint and return (the
             summary says ``"paused": true``); ``resume`` continues.
@@ -310,15 +317,19 @@ def _train(
     )
     if resume_from is not None:
         restore(to_save, resume_from)
-        frames = int(trainer.state.frames)
+        resumed_frames = int(trainer.state.frames)
         if lead:
-            truncate_metrics(metrics_path, frames)
-        drop_newer_checkpoints(own_ckpt_dir, frames)
+            truncate_metrics(metrics_path, resumed_frames)
+        drop_newer_checkpoints(own_ckpt_dir, resumed_frames)
         track_files_on_disk(checkpoint, own_ckpt_dir, n_saved)  # keep pruning what the previous process wrote
         if best is not None and lead:
             drop_untracked_best(best)
 
     def checkpoint_due(engine: Any, iteration: int) -> bool:
+        if engine.state.frames >= setup.total_frames:
+            # the last batch: its checkpoint is the final one, written at COMPLETED after the final
+            # evaluation, so a kill during that evaluation resumes from before it and redoes it
+            return False
         every = checkpoint_every or engine.state.epoch_length
         return iteration % every == 0 or (until_frames is not None and engine.state.frames >= until_frames)
 
@@ -340,7 +351,7 @@ def _train(
 
         attach_dashboard(trainer, env=out.resolve().name, server=visdom, every=setup.log_every)
 
-    start = time.perf_counter()
+    start, start_frames = time.perf_counter(), int(trainer.state.frames)
     finished = trainer.state.frames >= setup.total_frames or (early_stop is not None and early_stop.counter >= patience)
     try:
         if not finished:  # a finished (or early-stopped) run resumed: nothing to do
@@ -354,20 +365,25 @@ def _train(
         saver(setup.eval_policy.state_dict(), "policy.pt")
         saver(inference.state_dict(), "inference.pt")
 
-    metrics = trainer.state.metrics
+    frames = int(trainer.state.frames)
+    # the last evaluation's scores: restored with the validation handler, so a finished run resumed
+    # (killed after its final checkpoint) reports them too
+    scores = validation.last if validation is not None else {}
     summary = {
         "recipe": name,
         "seed": getattr(config, "seed", None),
-        "frames": trainer.state.frames,
+        "frames": frames,
         "optim_steps": trainer.state.optim_steps,
+        # this process's training: a resumed run counts its continuation only
         "wall_time_s": round(wall, 2),
-        "fps": round(trainer.state.frames / max(wall, 1e-9), 1),
+        "fps": round((frames - start_frames) / wall, 1) if frames > start_frames and wall > 0 else None,
         # a NaN evaluation (an env returning NaN rewards) as "NaN": summary.json stays standard JSON
-        **{k: json_number(v) if isinstance(v, float) else v
-           for k, v in sorted(metrics.items()) if k.startswith("eval_") and k != "eval_frames"},
+        **{k: json_number(v) if isinstance(v, float) else v for k, v in sorted(scores.items())},
         "paused": paused,
         "stopped_early": early_stop is not None and early_stop.counter >= (patience or 0),
-        "resumed_from": None if resume_from is None else str(resume_from),
+        # the checkpoint the run continued from, while it is on disk (rotation may delete it), and its frames
+        "resumed_from": None if resume_from is None else existing_or_none(resume_from),
+        "resumed_from_frames": None if resume_from is None else resumed_frames,
         # with a DiskSaver, Ignite's last_checkpoint is the file's path already (saver folder / file name)
         "checkpoint": existing_or_none(checkpoint.last_checkpoint),
         "best_checkpoint": existing_or_none(best.last_checkpoint if best is not None else None),

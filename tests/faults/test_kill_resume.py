@@ -23,3 +23,14 @@ def test_bad_counts_are_refused(capsys):
         kill_resume.main(["--trials", "0"])
     assert exit_.value.code == 2
     assert "--trials, --kills and --jobs must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("phase", ["final-evaluation", "after-final-checkpoint"])
+def test_a_kill_at_the_end_of_the_run_resumes_to_the_same_end(phase, capsys, tmp_path):
+    """Killed inside the final evaluation or before the end-of-run files: the resumed run ends
+    with the straight run's final checkpoint, log (final eval line included), scores and best policy."""
+    assert kill_resume.main(["--recipes", "dqn-cartpole", "--trials", "1", "--phase", phase,
+                             "--keep", str(tmp_path)]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["phase"] == phase and row["kills_by_phase"] == {phase: 1}
+    assert row["resumed"] == 1 and row["matched"] == 1 and row["failures"] == []
