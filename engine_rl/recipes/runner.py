@@ -173,6 +173,8 @@ def train(
         RunError: before training: ``out_dir`` is empty, a file, or cannot be written; another run
             holds its lock; nothing to resume or a changed config; a fresh run into a folder with
             checkpoints; a bad option. Also a run file (``summary.json``...) that cannot be written.
+        ValueError: before anything is written: the config's env cannot be made or its spaces do
+            not suit the recipe (``config.check_env()``).
         CheckpointError: a checkpoint cannot be read, or cannot be written (its message names the
             file, the reason and the previous checkpoint, which is intact).
 
@@ -186,6 +188,7 @@ def train(
     """
     recipe = get_recipe(name)
     _check_options(checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience)
+    config.check_env()  # its env and spaces, before anything is written to out_dir
     out, lock, error = Path(out_dir), None, None
     try:
         out, lock = open_run_folder(out_dir, name, config, resume)

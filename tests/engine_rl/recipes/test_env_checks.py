@@ -17,7 +17,7 @@ from engine_rl.collectors import envs
 from engine_rl.collectors.envs import env_spec, is_atari_id
 from engine_rl.recipes import RECIPES, get_recipe
 from engine_rl.recipes.config import describe_config
-from engine_rl.recipes.runner import make_config
+from engine_rl.recipes.runner import make_config, train
 
 TUPLE_OBS = ("the observation space is Tuple(Discrete(32), Discrete(11), Discrete(2)), which cannot be stored; each "
              "leaf must be a Box, Discrete, MultiBinary, 1-D MultiDiscrete, or a Dict of these; flatten it "
@@ -106,6 +106,14 @@ def test_engine_rl_train_checks_the_env_before_writing_to_out(recipe, fields, ex
     out = tmp_path / "run"
     assert main(["train", recipe, *sets, "--out", str(out), "--no-progress"]) == 2
     assert capsys.readouterr().err == f"engine-rl: error: {expected}\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("recipe, fields, expected", ENV_BAD[2:4], ids=IDS[2:4])
+def test_train_from_python_checks_the_env_before_writing_to_out(recipe, fields, expected, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        train(recipe, make_config(recipe, fields), out, progress=False)
     assert not out.exists()
 
 
