@@ -34,6 +34,7 @@ from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, EnvNeeds, FieldChecks
 from engine_rl.recipes.env_options import EnvOptions
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces, recipe_vec_env
+from engine_rl.recipes.memory_checks import check_sizes
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
 from handlers import (
     GradClipper,
@@ -235,6 +236,8 @@ def build_dqn(cfg: DQNConfig) -> Setup:
             "actions (use a continuous-control algorithm such as SAC)"
         )
     num_actions = int(action_space.n)
+    check_sizes(cfg, observation_space, action_space, device=device, networks=1, target=True,
+                replay_rows=cfg.buffer_size, replay_device=replay_device)
     # pixels: the Nature CNN, then the MLP head; a Dict: an encoder per key (engine_rl.algos.encoders)
     encoder = make_encoder(observation_space, owner=f"dqn ({env_label(cfg)})")
     if encoder is not None:

@@ -33,6 +33,7 @@ from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, EnvNeeds, FieldChecks
 from engine_rl.recipes.env_options import EnvOptions
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces
+from engine_rl.recipes.memory_checks import check_sizes
 from handlers.advantage import GAEAdvantage
 from handlers.kl_stop import KLEarlyStop
 from handlers.minibatch import MinibatchSampler
@@ -195,8 +196,9 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     cfg.check_env()
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device, owner=type(cfg).__name__)
-    env = _make_env(cfg, cfg.num_envs, device)
     observation_space, action_space = recipe_spaces(cfg)  # one copy's
+    check_sizes(cfg, observation_space, action_space, device=device, networks=2, target=False)
+    env = _make_env(cfg, cfg.num_envs, device)
     # the values the policy writes while collecting are GAE's V(s) unless the observation
     # statistics change between collection and GAE (the normalizer updates first)
     reuse_values = not cfg.normalize_observations

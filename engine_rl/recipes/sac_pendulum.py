@@ -26,6 +26,7 @@ from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.env_source import recipe_collector, recipe_env
+from engine_rl.recipes.memory_checks import check_sizes
 from engine_rl.recipes.off_policy import OffPolicyConfig, box_spaces, build_off_policy, observation_encoders
 from handlers import TargetNetUpdater
 
@@ -69,6 +70,8 @@ def build_sac(cfg: SACConfig) -> Setup:
     torch.manual_seed(cfg.seed)
     device, replay_device = config_devices(cfg)
     observation_space, space = box_spaces(cfg, algo="sac")
+    check_sizes(cfg, observation_space, space, device=device, networks=3, target=True,
+                replay_rows=min(cfg.buffer_size, cfg.total_frames), replay_device=replay_device)
     # 1-D Box: no encoder; images: a Nature CNN, a Dict: an encoder per key (engine_rl.algos.encoders),
     # one for the actor and one the critics share, each trained by its own loss
     actor_encoder, critic_encoder = observation_encoders(cfg, observation_space, algo="sac")
