@@ -24,6 +24,7 @@ from engine_rl.checkpoint import CheckpointError, InferenceState, attached_objec
 from engine_rl.commands import fail
 from engine_rl.evaluation import Evaluator, create_evaluator
 from engine_rl.recipes import get_recipe
+from engine_rl.recipes.checks import SEED_LIMIT
 from engine_rl.recipes.env_source import recipe_vec_env
 from engine_rl.recipes.runner import make_config
 from engine_rl.recipes.stored_config import check_stored_code
@@ -117,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
             value = getattr(args, name)
             if value is not None and value < (1 if name == "episodes" else 0):
                 raise ValueError(f"--{name} must be {'>= 1' if name == 'episodes' else '>= 0'}, got {value}")
+        if args.seed is not None and args.seed >= SEED_LIMIT:
+            raise ValueError(f"--seed must be below 2**63 (torch takes seeds below 2**64; env copies add to a seed), "
+                             f"got {args.seed}")
         result = evaluate_checkpoint(args.checkpoint, episodes=args.episodes, seed=args.seed, device=args.device,
                                      trust_config=args.trust_config)
     except (ValueError, CheckpointError) as err:

@@ -53,6 +53,11 @@ __all__ = ["EnvNeeds", "FieldChecks"]
 #: Vectorization modes of :func:`~engine_rl.collectors.make_vec_env`.
 VECTORIZATIONS = ("auto", "vector_entry_point", "sync", "async")
 
+#: Seeds are below 2**63: torch takes seeds below 2**64 (``torch.manual_seed(2**64)`` raises "Overflow
+#: when unpacking long long"), and a run adds to its seeds (env copy ``i`` is reset with ``seed + i``,
+#: rank ``r`` of ``--nproc`` uses ``seed + r * 1_000_003``, TD3's noise ``seed + 1``).
+SEED_LIMIT = 2**63
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -102,6 +107,11 @@ class FieldChecks:
     def nonnegative_ints(self, *names: str) -> None:
         """Ints >= 0 (not bools)."""
         self._each(names, lambda v: _is_int(v) and v >= 0, "a non-negative int", False)
+
+    def seeds(self, *names: str) -> None:
+        """Ints in [0, 2**63) (:data:`SEED_LIMIT`)."""
+        self._each(names, lambda v: _is_int(v) and 0 <= v < SEED_LIMIT,
+                   "an int in [0, 2**63) (torch takes seeds below 2**64; env copies and ranks add to a seed)", False)
 
     def bools(self, *names: str) -> None:
         """``True`` or ``False``."""

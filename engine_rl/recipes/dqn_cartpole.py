@@ -156,6 +156,7 @@ class DQNConfig(EnvOptions):
         check.positive_ints("num_envs", "total_frames", "frames_per_batch", "optim_steps_per_batch", "buffer_size",
                             "batch_size", "eval_every", "eval_episodes", "target_update_every")
         check.nonnegative_ints("learning_starts", "eps_frames", "eval_seed", "seed")
+        check.seeds("eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
         check.choice("env_backend", ("gymnasium", "torch"))
         if self.env_backend == "torch":

@@ -111,6 +111,7 @@ class OffPolicyConfig(EnvOptions):
                             "eval_every_frames", "log_every_frames", "eval_episodes")
         check.positive_ints("optim_steps_per_batch", optional=True)
         check.nonnegative_ints("learning_starts", "eval_seed", "seed")
+        check.seeds("eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
         check.choice("env_backend", ("gymnasium", "torch"))
         if self.env_backend == "torch":

@@ -146,6 +146,7 @@ class PPOConfig(EnvOptions):
         check.positive_ints("num_envs", "total_frames", "steps_per_env", "batch_size", "num_epochs", "eval_every",
                             "eval_episodes")
         check.nonnegative_ints("eval_seed", "seed")
+        check.seeds("eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
         check.choice("env_backend", ("gymnasium", "torch"))
         check.devices("device")

@@ -67,6 +67,8 @@ BAD = [
     ([*T, "--frames", "0"], 2, "DQNConfig: total_frames must be a positive int, got 0"),
     ([*T, "--frames", "abc"], 2, "train: argument --frames: invalid int value: 'abc'"),
     ([*T, "--seed", "-1"], 2, "DQNConfig: seed must be a non-negative int, got -1"),
+    ([*T, "--seed", str(2**64)], 2, "DQNConfig: seed must be an int in [0, 2**63) (torch takes seeds below 2**64; "
+                                    "env copies and ranks add to a seed), got 18446744073709551616"),
     ([*T, "--threads", "0"], 2, "--threads must be >= 1, got 0"),
     ([*T, "--checkpoint-every", "0"], 2, "--checkpoint-every must be >= 1, got 0"),
     ([*T, "--until-frames", "-1"], 2, "--until-frames must be >= 1, got -1"),
@@ -84,6 +86,8 @@ BAD = [
                                   "DQNConfig: env_id 'Gone-v0' is not a registered gymnasium env"),
     (["eval", "{tmp}/nothere.pt"], 1, "checkpoint {tmp}/nothere.pt: no such file"),
     (["eval", "{tmp}/gone.pt", "--episodes", "0"], 2, "--episodes must be >= 1, got 0"),
+    (["eval", "{tmp}/gone.pt", "--seed", str(2**63)], 2, "--seed must be below 2**63 (torch takes seeds below 2**64; "
+                                                         "env copies add to a seed), got 9223372036854775808"),
     (["dashboard", "--host", "0.0.0.0"], 2,
      "VisdomServer: argument host must be a loopback address (127.0.0.1, ::1 or localhost), got '0.0.0.0'"),
     (["dashboard", "--host", "example.com"], 2, "argument host must be a loopback address"),

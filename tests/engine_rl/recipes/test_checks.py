@@ -34,6 +34,11 @@ BAD = [
     (DQNConfig, {"max_grad_norm": NAN}, "DQNConfig: max_grad_norm must be a finite number, got nan"),
     (DQNConfig, {"double": "yes"}, "DQNConfig: double must be True or False, got 'yes'"),
     (DQNConfig, {"seed": -1}, "DQNConfig: seed must be a non-negative int, got -1"),
+    # torch.manual_seed(2**64) raised "Overflow when unpacking long long"; runs add env copies and ranks to seeds
+    (DQNConfig, {"seed": 2**64}, r"DQNConfig: seed must be an int in \[0, 2\*\*63\) \(torch takes seeds below 2\*\*64; "
+                                 r"env copies and ranks add to a seed\), got 18446744073709551616"),
+    (PPOConfig, {"eval_seed": 2**63}, r"PPOConfig: eval_seed must be an int in \[0, 2\*\*63\) .*, got 9223372036854775808"),
+    (TD3Config, {"seed": 2**63}, r"TD3Config: seed must be an int in \[0, 2\*\*63\)"),
     (DQNConfig, {"info_keys": ("a", "a")},
      r"DQNConfig: info_keys must be a tuple of distinct non-empty strings, got \('a', 'a'\)"),
     (DQNConfig, {"buffer_size": 100, "batch_size": 256}, r"DQNConfig: buffer_size \(100\) must be >= batch_size \(256\)"),
@@ -65,6 +70,7 @@ def test_defaults_and_good_values_pass():
     PPOConfig(env_id="Pendulum-v1", value_clip=0.2, target_kl=0.01)
     SACConfig(target_entropy=-2, env_id="MountainCarContinuous-v0")
     OffPolicyConfig(env_id="CartPole-v1")  # the base has no algorithm: recipes check the spaces
+    SACConfig(seed=2**63 - 1, eval_seed=2**63 - 1)
 
 
 def test_every_field_of_every_recipe_is_checked():
