@@ -66,6 +66,13 @@ def _parse_one(text: str, owner: str) -> EnvWrapper:
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args and all(
             kw.arg is not None for kw in node.keywords):
         name = node.func.id
+        keys = [kw.arg for kw in node.keywords]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:  # Python refuses f(a=1, a=2); a dict of them would keep the last
+            raise ValueError(
+                f"{owner}: wrappers entry {text!r}: keyword argument {', '.join(map(repr, repeated))} repeated; "
+                "give each keyword once"
+            )
         try:
             kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
         except ValueError:
@@ -104,6 +111,10 @@ def apply_wrappers(env: gym.Env, wrappers: Sequence[EnvWrapper], *, owner: str =
     for wrap in wrappers:
         try:
             env = wrap(env)
+        except MemoryError as err:  # numpy's "Unable to allocate 14.9 GiB for an array with shape ..."
+            raise ValueError(
+                f"{owner}: wrappers entry {wrap.__name__!r} runs out of memory (MemoryError: {err}); lower its sizes"
+            ) from err
         except Exception as err:  # noqa: BLE001  (any failure of a user-named wrapper)
             raise ValueError(f"{owner}: wrapper {wrap.__name__!r} cannot wrap {env}: {type(err).__name__}: {err}") from err
     return env

@@ -22,6 +22,10 @@ def test_names_and_keyword_literals_build_wrappers_in_order():
     ("__import__('os').system('true')", "is not a wrapper name or 'Name(key=value, ...)'"),
     ("Wrapper", "wrappers entry 'Wrapper' is not a single-env wrapper"),
     ("", "wrappers entries must be non-empty strings, got ''"),
+    # Python refuses a repeated keyword; a dict of the keywords kept the last one
+    ("TimeLimit(max_episode_steps=10, max_episode_steps=300)",
+     "wrappers entry 'TimeLimit(max_episode_steps=10, max_episode_steps=300)': keyword argument 'max_episode_steps' "
+     "repeated; give each keyword once"),
 ])
 def test_bad_entries_are_one_error_naming_them(text, message):
     with pytest.raises(ValueError, match="^cfg: ") as err:
@@ -47,6 +51,18 @@ def test_make_vec_env_wraps_each_copy_and_auto_picks_sync():
         make_vec_env("CartPole-v1", 2, mode="vector_entry_point", wrappers=("FlattenObservation",))
     with pytest.raises(ValueError, match="wrapper 'TimeLimit\\(max_steps=4\\)' cannot wrap .*unexpected keyword"):
         make_vec_env("CartPole-v1", 2, wrappers=("TimeLimit(max_steps=4)",))
+
+
+def test_a_wrapper_out_of_memory_is_one_error_naming_it():
+    def stack(env):  # as numpy says it when FrameStackObservation(stack_size=10**9) builds its space
+        raise MemoryError("Unable to allocate 14.9 GiB for an array with shape (1000000000, 4) and data type float32")
+
+    stack.__name__ = "FrameStackObservation(stack_size=1000000000)"
+    with pytest.raises(ValueError) as err:
+        apply_wrappers(gym.make("CartPole-v1"), [stack], owner="DQNConfig")
+    assert str(err.value) == (
+        "DQNConfig: wrappers entry 'FrameStackObservation(stack_size=1000000000)' runs out of memory (MemoryError: "
+        "Unable to allocate 14.9 GiB for an array with shape (1000000000, 4) and data type float32); lower its sizes")
 
 
 def test_env_spaces_are_the_wrapped_ones():
