@@ -140,11 +140,16 @@ def truncate_metrics(path: Path, frames: int) -> None:
 
 
 def check_out(out_dir: str | Path) -> Path:
-    """``out_dir`` as a path, if it can name a run folder: not empty, not a file, not under a file."""
+    """``out_dir`` as a path, if it can name a run folder: not empty, not a file, not under a file,
+    not (under) a symbolic link to nothing (``mkdir`` would say "File exists")."""
     if not str(out_dir).strip():
         raise RunError(f"--out {str(out_dir)!r}: empty; name the folder for the run's files (e.g. runs/my-run)")
     out = Path(out_dir)
     for path in (out, *out.parents):
+        if path.is_symlink() and not path.exists():
+            where = "is" if path == out else f"is under {path}, which is"
+            raise RunError(f"--out {out}: {where} a symbolic link to {os.readlink(path)}, which does not exist; "
+                           "create that folder, or name another --out")
         if path.exists() and not path.is_dir():
             where = "is a file" if path == out else f"is under {path}, which is a file"
             raise RunError(f"--out {out}: {where}, not a folder; name a new or existing folder for the run's files")

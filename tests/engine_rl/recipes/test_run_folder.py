@@ -66,6 +66,17 @@ def test_an_out_that_is_a_file_or_under_one_is_refused(tmp_path, capsys, no_buil
     assert notes.read_text() == "mine"
 
 
+def test_an_out_that_is_or_is_under_a_dangling_symbolic_link_is_refused(tmp_path, capsys, no_build):
+    link = tmp_path / "runs"
+    link.symlink_to(tmp_path / "gone" / "runs")  # mkdir said "File exists"
+    for out, where in ((link, "is"), (link / "run", f"is under {link}, which is")):
+        assert train_cli(out) == 2
+        assert one_error_line(capsys) == (
+            f"--out {out}: {where} a symbolic link to {tmp_path / 'gone' / 'runs'}, which does not exist; "
+            "create that folder, or name another --out")
+    assert not (tmp_path / "gone").exists() and link.is_symlink()
+
+
 def test_an_out_that_cannot_be_created_is_refused(tmp_path, monkeypatch, capsys, no_build):
     def mkdir(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(self))
