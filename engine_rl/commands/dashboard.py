@@ -42,8 +42,25 @@ def _server_answers(url: str) -> bool:
         return False
 
 
+def _metrics_path(replay: str) -> Path:
+    """The ``metrics.jsonl`` that ``--replay`` names (a run folder or the file); a ``ValueError``
+    if there is none, or it is not a regular file."""
+    path = Path(replay)
+    if not path.exists():
+        raise ValueError(f"--replay: no run folder or metrics file at {replay}")
+    if path.is_dir():
+        if not (path / "metrics.jsonl").exists():
+            raise ValueError(f"--replay: {replay} holds no metrics.jsonl (a run folder has one from its first "
+                             "logged batch); name a run folder or its metrics.jsonl")
+        path = path / "metrics.jsonl"
+    if not path.is_file():
+        raise ValueError(f"--replay: {path} is not a regular file; name a run folder or its metrics.jsonl")
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     from engine_rl.dashboard import VisdomServer, install_assets, missing_assets, replay_metrics
+    from engine_rl.dashboard.replay import metrics_series
 
     try:
         if args.install_assets:
@@ -52,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if args.screenshot and not args.replay:
             raise ValueError("--screenshot needs --replay RUN_DIR")
-        if args.replay is not None and not Path(args.replay).exists():
-            raise ValueError(f"--replay: no run folder or metrics file at {args.replay}")
+        series = None
+        if args.replay is not None:  # what it names is read before a server is started or asked
+            series = metrics_series(_metrics_path(args.replay), who="--replay")
         server = VisdomServer(port=args.port, host=args.host, env_path=args.env_path, log_path="-")
         host = f"[{args.host}]" if ":" in args.host else args.host
         existing = f"http://{host}:{args.port}" if args.replay and args.port else None
@@ -72,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             env = args.env or Path(args.replay).resolve().name
             if env == "metrics.jsonl":
                 env = Path(args.replay).resolve().parent.name
-            counts = replay_metrics(args.replay, server=url, env=env)
+            counts = replay_metrics(args.replay, server=url, env=env, series=series)
             print(f"replayed {sum(counts.values())} points into {len(counts)} windows: {url}/env/{env}", flush=True)
             if args.screenshot:
                 from engine_rl.dashboard.browser import render_dashboard

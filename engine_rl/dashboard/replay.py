@@ -1,7 +1,9 @@
 """Rebuild a run's dashboard from its ``metrics.jsonl`` (the run's source of truth).
 
 Works for finished and crashed runs alike (a torn last line is skipped): every window gets the
-points the live dashboard would have shown (:mod:`engine_rl.dashboard.layout`).
+points the live dashboard would have shown (:mod:`engine_rl.dashboard.layout`). A file that holds
+no metrics record (empty, binary, another JSON file such as ``config.json``) is a ``ValueError``
+naming it (:func:`metrics_series`), before any server is asked.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import numpy as np
 from engine_rl.dashboard.client import DEFAULT_URL, make_client
 from engine_rl.dashboard.layout import plot_rows, window_opts, window_rank
 
-__all__ = ["read_metrics", "replay_metrics"]
+__all__ = ["metrics_series", "read_metrics", "replay_metrics"]
+
+Series = dict[str, tuple[list[float], list[list[float]]]]
 
 
 def _metrics_file(path: str | os.PathLike) -> Path:
@@ -31,7 +35,7 @@ def _metrics_file(path: str | os.PathLike) -> Path:
 
 def read_metrics(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     """The records of a ``metrics.jsonl`` (or of the run folder holding one); lines that are not
-    complete JSON objects (a crash mid-write) are skipped.
+    complete JSON objects (a crash mid-write, bytes that are not text) are skipped.
 
     Examples:
         >>> import tempfile, pathlib
@@ -40,14 +44,57 @@ def read_metrics(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
         >>> list(read_metrics(run))
         [{'frames': 8, 'loss': 1.0}]
     """
-    with open(_metrics_file(path), encoding="utf-8") as f:
+    with open(_metrics_file(path), "rb") as f:
         for line in f:
             try:
                 record = json.loads(line)
-            except ValueError:
+            except ValueError:  # JSONDecodeError, UnicodeDecodeError
                 continue
             if isinstance(record, dict):
                 yield record
+
+
+def metrics_series(path: str | os.PathLike, *, who: str = "replay_metrics") -> Series:
+    """Each window's points in a ``metrics.jsonl`` (or in the run folder holding one): window id ->
+    ``(xs, [ys per x])``. A file with no metrics record (a JSON object with ``frames``) is a
+    ``ValueError`` naming ``who`` and the file, and what it holds instead.
+
+    Examples:
+        >>> import tempfile, pathlib
+        >>> run = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (run / "metrics.jsonl").write_text('{"kind": "train", "frames": 8, "loss": 1.0}\\n')
+        >>> metrics_series(run)
+        {'loss': ([8.0], [[1.0]])}
+        >>> _ = (run / "metrics.jsonl").write_text('{\\n  "recipe": "dqn-cartpole"\\n}\\n')
+        >>> metrics_series(run)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: replay_metrics: .../metrics.jsonl is not a run's metrics.jsonl: none of its lines is a JSON object with 'frames'
+    """
+    file = _metrics_file(path)
+    series: Series = {}
+    records = 0
+    for record in read_metrics(file):
+        if "frames" not in record:
+            continue
+        records += 1
+        for win, x, ys in plot_rows(record):
+            xs, rows = series.setdefault(win, ([], []))
+            xs.append(x)
+            rows.append(ys)
+    if not records:
+        with open(file, "rb") as f:
+            head = f.read(4096)
+        if not head:
+            raise ValueError(f"{who}: {file} is empty: its run logged nothing yet, so there is nothing to plot")
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if err.start < len(head) - 3:  # not a character cut at the end of the head
+                raise ValueError(f"{who}: {file} is not a run's metrics.jsonl: it is not text "
+                                 f"(byte {head[err.start]:#04x} at offset {err.start})") from None
+        raise ValueError(f"{who}: {file} is not a run's metrics.jsonl: none of its lines is a JSON object with 'frames'")
+    return series
 
 
 def replay_metrics(
@@ -58,6 +105,7 @@ def replay_metrics(
     clear: bool = True,
     timeout: float = 30.0,
     client: Any = None,
+    series: Series | None = None,
 ) -> dict[str, int]:
     """Plot a run's ``metrics.jsonl`` on a visdom server; returns the points per window.
 
@@ -69,20 +117,18 @@ def replay_metrics(
             double its points).
         timeout: seconds per request.
         client: a visdom client to use instead of one for ``server``.
+        series: the file's points, already read by :func:`metrics_series`.
 
     Raises:
         FileNotFoundError: no metrics file there.
+        ValueError: the file holds no metrics record (:func:`metrics_series`).
         ConnectionError: the server did not answer (start one with ``engine-rl dashboard``).
     """
     file = _metrics_file(path)
     if env is None:
         env = file.parent.name or "main"
-    series: dict[str, tuple[list[float], list[list[float]]]] = {}
-    for record in read_metrics(file):
-        for win, x, ys in plot_rows(record):
-            xs, rows = series.setdefault(win, ([], []))
-            xs.append(x)
-            rows.append(ys)
+    if series is None:
+        series = metrics_series(file)
     vis = client if client is not None else make_client(server, env=env, timeout=timeout)
     try:
         if clear and env in vis.get_env_list():

@@ -63,3 +63,26 @@ def test_errors(tmp_path, capsys):
     assert "--replay: no run folder or metrics file at" in capsys.readouterr().err
     assert main(["dashboard", "--screenshot", "x.png"]) == 2
     assert "--screenshot needs --replay RUN_DIR" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, content, problem", [
+    ("garbage.bin", b"\x89PNG\r\n\x1a\n\x00\xff", "is not a run's metrics.jsonl: it is not text (byte 0x89 at offset 0)"),
+    ("config.json", b'{\n  "recipe": "dqn-cartpole"\n}\n',
+     "is not a run's metrics.jsonl: none of its lines is a JSON object with 'frames'"),
+    ("metrics.jsonl", b"", "is empty: its run logged nothing yet, so there is nothing to plot"),
+])
+def test_replay_of_a_file_without_metrics_is_refused_before_any_server(name, content, problem, tmp_path, monkeypatch,
+                                                                        capsys):
+    def start(self):
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(VisdomServer, "start", start)
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert main(["dashboard", "--replay", str(path)]) == 2
+    assert capsys.readouterr().err == f"engine-rl: error: --replay: {path} {problem}\n"
+    (tmp_path / "run").mkdir()
+    assert main(["dashboard", "--replay", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == (
+        f"engine-rl: error: --replay: {tmp_path / 'run'} holds no metrics.jsonl (a run folder has one from its first "
+        "logged batch); name a run folder or its metrics.jsonl\n")

@@ -4,6 +4,7 @@ import socket
 import pytest
 
 from engine_rl.dashboard import VisdomServer, count_points, make_client, read_metrics, replay_metrics
+from engine_rl.dashboard.replay import metrics_series
 
 pytest.importorskip("visdom", reason="visdom is not installed (the [visdom] extra; .ci/run installs it)")
 
@@ -48,3 +49,27 @@ def test_replay_errors_say_what_to_do(tmp_path):
         port = s.getsockname()[1]
     with pytest.raises(ConnectionError, match="start one with `engine-rl dashboard`"):
         replay_metrics(tmp_path / "run", server=f"http://127.0.0.1:{port}", timeout=2)
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"", "is empty: its run logged nothing yet, so there is nothing to plot"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "is not a run's metrics.jsonl: it is not text (byte 0x89 at offset 0)"),
+    (b'{\n  "recipe": "dqn-cartpole",\n  "seed": 0\n}\n',  # a config.json: "0 points", exit 0 before
+     "is not a run's metrics.jsonl: none of its lines is a JSON object with 'frames'"),
+    (b'{"kind": "train", "frames": 1', "is not a run's metrics.jsonl: none of its lines is a JSON object with 'frames'"),
+])
+def test_a_file_without_metrics_records_is_one_error_naming_it(tmp_path, content, problem):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as err:
+        metrics_series(tmp_path)
+    assert str(err.value) == f"replay_metrics: {path} {problem}"
+    with pytest.raises(ValueError, match="^replay_metrics: "):  # before any server is asked
+        replay_metrics(path, server="http://127.0.0.1:1")
+
+
+def test_lines_that_are_not_text_are_skipped_like_torn_ones(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"kind": "train", "frames": 8, "loss": 1.0}\n\xff\xfe\n{"kind": "train", "frames": 16, "loss": 0.5}\n')
+    assert [r["frames"] for r in read_metrics(path)] == [8, 16]
+    assert metrics_series(path) == {"loss": ([8.0, 16.0], [[1.0], [0.5]])}
