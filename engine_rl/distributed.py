@@ -67,6 +67,7 @@ __all__ = [
     "rank_disk_saver",
     "rank_seed",
     "reduce_moments",
+    "reporting_rank",
     "resume_path",
     "run_parallel",
     "saved_world_size",
@@ -165,6 +166,29 @@ def reduce_moments(values: torch.Tensor) -> tuple[int, float, float]:
         return 0, float("nan"), float("nan")
     mean = s / n
     return int(n), mean, max(ss / n - mean * mean, 0.0) ** 0.5
+
+
+def reporting_rank(code: int) -> int | None:
+    """Which rank reports a problem some ranks found: one all-reduce of every rank's ``code``.
+
+    ``code`` says what this rank found: 0 nothing, higher numbers for what should be reported
+    first. Returns ``None`` when every rank's code is 0, else the lowest rank among those with
+    the highest code; every rank gets the same answer, so all of them take the same decision
+    (skip, or stop with one rank saying why). In one process: this rank (0) if ``code``, else
+    ``None``.
+
+    Examples:
+        >>> reporting_rank(0) is None, reporting_rank(2)
+        (True, 0)
+    """
+    world = idist.get_world_size()
+    if world == 1:
+        return 0 if code else None
+    codes = torch.zeros(world, dtype=torch.int64)
+    codes[idist.get_rank()] = int(code)
+    codes = idist.all_reduce(codes)
+    top = int(codes.max())
+    return None if top == 0 else int((codes == top).nonzero()[0, 0])
 
 
 def gather_rows(tensor: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,10 @@
   a NaN or Inf is reported (the caller stops) or, with ``nonfinite="skip"``, skipped (its
   gradients dropped, so ``optimizer.step()`` changes nothing) and counted.
 
-:class:`handlers.NaNGuard` is its adapter to the trainer's events and raises
-:class:`handlers.NonFiniteError`.
+:class:`handlers.NaNGuard` is its adapter to the trainer's events; it, the gradient clipper and
+the evaluation (:func:`engine_rl.collectors.run_episodes`) raise :class:`NonFiniteError`. In a
+data-parallel run the rank that found the value raises it and the others stop with
+:class:`NonFiniteElsewhere`, so a run that stops says why once.
 """
 
 from __future__ import annotations
@@ -20,12 +22,25 @@ from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["NONFINITE_POLICIES", "Found", "NonFiniteCheck", "check_nonfinite_policy", "first_non_finite"]
+__all__ = [
+    "NONFINITE_POLICIES", "Found", "NonFiniteCheck", "NonFiniteElsewhere", "NonFiniteError", "check_nonfinite_policy",
+    "first_non_finite",
+]
 
 NONFINITE_POLICIES: tuple[str, ...] = ("stop", "skip")
 """What a non-finite loss output or gradient does: ``"stop"`` the run or ``"skip"`` the optim step."""
 
 _get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
+
+
+class NonFiniteError(FloatingPointError):
+    """A NaN or Inf was found; the message names what, where and when."""
+
+
+class NonFiniteElsewhere(NonFiniteError):
+    """Another rank of a data-parallel run found a NaN or Inf and stops the run with its own
+    :class:`NonFiniteError`; this rank stops too, and ``engine-rl train`` prints nothing for it,
+    so the run's error is said once."""
 
 
 def check_nonfinite_policy(value: Any, *, owner: str) -> str:

@@ -10,8 +10,8 @@ handler                           event (position)                       does
 :class:`GradientSync`             ``BACKWARD_COMPLETED`` (first)         average gradients before clipping/step
 :class:`EpochStopSync`            ``EPOCH_DONE`` (last)                  one rank ends the epochs: all do
 :class:`AllReducedEpisodeStats`   ``BATCH_COLLECTED``                    ``train_return_mean``... of all ranks
-:class:`EvalSync`                 evaluator ``ITERATION_COMPLETED``      scores over the episodes of all ranks
-                                  (first)
+:class:`EvalSync`                 evaluator ``ITERATION_COMPLETED``      scores over the episodes of all ranks;
+                                  (first), ``EXCEPTION_RAISED``          a NaN in one rank's evaluation stops all
 :class:`GatheredUpdates`          (wraps a normalizer)                   statistics from all ranks' batches
 ================================  =====================================  ======================================
 
@@ -19,7 +19,9 @@ handler                           event (position)                       does
 schedules and frame-based evaluations, averaged gradients before ``GradClipper`` and NaN
 guards, gathered scores before ``EarlyStopping`` and best-policy checkpoints), so every rank
 takes the same decisions: a decision taken on one rank alone would leave the others waiting in
-a collective.
+a collective. :class:`handlers.NaNGuard` takes its skip or stop decisions with the other ranks
+itself; :func:`make_data_parallel` gives it the gradients that a ``GradClipper`` would otherwise
+be the first to check (it raises the same error on every rank).
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ from engine_rl.distributed import (
     broadcast_tensors,
     gather_rows,
     module_tensors,
+    reporting_rank,
 )
 from engine_rl.evaluation import EVAL_METRICS
 from engine_rl.events import RLEvents
+from engine_rl.finite import NonFiniteElsewhere, NonFiniteError
 from handlers.episodes import EpisodeStats, finished_episodes
 from handlers.kl_stop import KLEarlyStop
+from handlers.nan_guard import NaNGuard
 from handlers.normalization import ObservationNormalizer
+from handlers.optim import GradClipper
 
 __all__ = [
     "AllReducedEpisodeStats",
@@ -187,9 +193,18 @@ class EvalSync:
     (``state.output``, info keys included) and recompute ``evaluator.state.metrics`` from them, as one evaluator
     running all the episodes would. Handlers on the evaluator's ``COMPLETED`` (best-policy
     checkpoint, ``EarlyStopping``) and :class:`handlers.ValidationRollout` then read the same
-    scores on every rank."""
+    scores on every rank.
+
+    An evaluation that stops on one rank with a :class:`~engine_rl.finite.NonFiniteError` (its
+    env returned a NaN) stops every rank: each evaluation starts with one all-reduce
+    (:func:`~engine_rl.distributed.reporting_rank`) that the failing rank joins from the
+    evaluator's ``EXCEPTION_RAISED`` (the handler re-raises, so the error still leaves ``run()``);
+    the lowest failing rank raises its error, the others :class:`~engine_rl.finite.NonFiniteElsewhere`."""
 
     def __call__(self, evaluator: Engine) -> None:
+        reporter = reporting_rank(0)
+        if reporter is not None:
+            raise self._elsewhere(reporter)
         output = evaluator.state.output
         returns = gather_rows(output["return"]).double()
         lengths = gather_rows(output["length"])
@@ -201,8 +216,27 @@ class EvalSync:
         evaluator.state.metrics.update(zip(EVAL_METRICS, stats))
         evaluator.state.metrics.update((name, float(values.nanmean())) for name, values in infos.items())
 
+    @staticmethod
+    def _elsewhere(reporter: int) -> NonFiniteElsewhere:
+        return NonFiniteElsewhere(
+            f"EvalSync: rank {reporter} of {idist.get_world_size()} found a non-finite value in its evaluation and "
+            "stops the run with its error; this rank stops with it"
+        )
+
+    def _failed(self, evaluator: Engine, err: BaseException) -> None:
+        """The evaluation raised on this rank: a NaN joins the other ranks' all-reduce; re-raise."""
+        # Ignite hands an exception raised in an iteration to EXCEPTION_RAISED twice (the epoch's
+        # handling, then the run's): vote once
+        if isinstance(err, NonFiniteError) and not isinstance(err, NonFiniteElsewhere) and not hasattr(err, "_voted"):
+            err._voted = True  # type: ignore[attr-defined]
+            reporter = reporting_rank(1)
+            if reporter != idist.get_rank():
+                raise self._elsewhere(reporter) from None
+        raise err
+
     def attach(self, evaluator: Engine) -> EvalSync:
         add_handler_first(evaluator, Events.ITERATION_COMPLETED, self)
+        evaluator.add_event_handler(Events.EXCEPTION_RAISED, self._failed)
         return self
 
 
@@ -309,4 +343,11 @@ def make_data_parallel(
         if isinstance(obj, ObservationNormalizer) and not isinstance(obj.normalizer, GatheredUpdates):
             obj.normalizer = GatheredUpdates(obj.normalizer)
     attached["evaluators"] = [EvalSync().attach(e) for e in evaluators]
+    # a NaN gradient is the same on every rank (averaged): the guard's joint decision reports it once,
+    # before a clipper's check would raise it on every rank
+    clippers = [o for o in objects if isinstance(o, GradClipper) and o.error_if_nonfinite]
+    for guard in (o for o in objects if isinstance(o, NaNGuard)):
+        if not guard.parameters and trainer.has_event_handler(guard.check_step, RLEvents.BACKWARD_COMPLETED):
+            for clipper in clippers:
+                guard.check_gradients(clipper.named_parameters)
     return attached

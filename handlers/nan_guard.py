@@ -14,6 +14,14 @@ and raises :class:`NonFiniteError` (Ignite re-raises it from ``run()``, before a
 handler of the iteration, so no checkpoint is written from that state). The checks are
 :class:`engine_rl.finite.NonFiniteCheck`'s: one reduction and one host sync per check while
 all is finite; the offending entry is searched only on failure.
+
+In a data-parallel run (world size > 1) the ranks decide together, with one all-reduce per
+check (:func:`engine_rl.distributed.reporting_rank`; none in one process): a step that one rank
+finds non-finite (a loss output of its own data; gradients are already averaged) is skipped by
+every rank, so the weights and ``nonfinite_skipped`` stay the same on all of them; a stop stops
+every rank, the one that found the value raising :class:`NonFiniteError` (a loss output before a
+gradient, then the lowest rank) and the others :class:`NonFiniteElsewhere`, which ``engine-rl
+train`` does not print: the run's error is one line.
 """
 
 from __future__ import annotations
@@ -21,22 +29,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 from tensordict import TensorDictBase
 from torch import nn
 
+from engine_rl.distributed import reporting_rank
 from engine_rl.events import RLEvents
-from engine_rl.finite import NonFiniteCheck, first_non_finite
+from engine_rl.finite import NonFiniteCheck, NonFiniteElsewhere, NonFiniteError, first_non_finite
 from engine_rl.keys import NestedKey, format_key
 
-__all__ = ["NaNGuard", "NonFiniteError", "first_non_finite"]
+__all__ = ["NaNGuard", "NonFiniteElsewhere", "NonFiniteError", "first_non_finite"]
 
 DEFAULT_BATCH_KEYS: tuple[NestedKey, ...] = ("observation", ("next", "observation"), ("next", "reward"))
 
-
-class NonFiniteError(FloatingPointError):
-    """A NaN or Inf was found; the message names what, where and when."""
+#: What a rank found, for :func:`~engine_rl.distributed.reporting_rank`: the most telling is reported.
+_CODES = {"loss output": 2, "gradient": 1}
 
 
 class NaNGuard:
@@ -98,6 +107,7 @@ class NaNGuard:
         self.batch_keys = list(batch_keys)
         self.check_losses = check_losses
         self.metric_name = metric_name
+        self._rank, self._world = 0, 1  # the process group's, read when a run starts
 
     @property
     def nonfinite(self) -> str:
@@ -127,16 +137,33 @@ class NaNGuard:
                 )
         return named
 
+    def check_gradients(self, named_parameters: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Check (and, with ``"skip"``, drop) the gradients of these ``(name, parameter)`` pairs too."""
+        known = {id(p) for _, p in self.parameters}
+        self.parameters.extend((name, p) for name, p in named_parameters if id(p) not in known)
+
     @staticmethod
     def _counters(engine: Engine) -> tuple[Any, Any, Any]:
         s = engine.state
         return tuple(getattr(s, name, "?") for name in ("batches", "frames", "optim_steps"))
 
+    def _elsewhere(self, engine: Engine, reporter: int, what: str) -> NonFiniteElsewhere:
+        batches, frames, steps = self._counters(engine)
+        return NonFiniteElsewhere(
+            f"NaNGuard: rank {reporter} of {self._world} found a non-finite {what} at batch {batches} (frames "
+            f"{frames}, optim step {steps}) and stops the run with its error; this rank stops with it"
+        )
+
     def check_batch(self, engine: Engine) -> None:
-        """Raise :class:`NonFiniteError` naming the first batch key holding a NaN/Inf."""
+        """Raise :class:`NonFiniteError` naming the first batch key holding a NaN/Inf (with
+        several ranks: the lowest rank holding one; the others raise :class:`NonFiniteElsewhere`)."""
         batch: TensorDictBase = engine.state.batch
         keys = batch.keys(include_nested=True)
         bad = self.check.data((format_key(k), batch[k]) for k in self.batch_keys if k in keys)
+        if self._world > 1:
+            reporter = reporting_rank(int(bad is not None))
+            if reporter is not None and reporter != self._rank:
+                raise self._elsewhere(engine, reporter, "value in its batch")
         if bad is not None:
             batches, frames, steps = self._counters(engine)
             always = (
@@ -156,23 +183,39 @@ class NaNGuard:
         return [(format_key(k), v) for k, v in items if isinstance(v, torch.Tensor)]
 
     def check_step(self, engine: Engine) -> None:
-        """Losses and gradients with one sync; on a NaN/Inf raise (``"stop"``) or skip the step."""
-        found = self.check.step(self._loss_items(engine), optimizers=getattr(engine, "optimizers", ()))
-        if found is None:
+        """Losses and gradients with one sync; on a NaN/Inf raise (``"stop"``) or skip the step.
+
+        With several ranks, one all-reduce more: a step any rank finds non-finite is skipped
+        (or stops the run) on every rank."""
+        optimizers = getattr(engine, "optimizers", ())
+        found = self.check.step(self._loss_items(engine), optimizers=optimizers)
+        reporter = self._rank
+        if self._world > 1:
+            reporter = reporting_rank(0 if found is None else _CODES[found.kind])
+            if reporter is None:
+                return
+        elif found is None:
             return
-        batches, frames, steps = self._counters(engine)
-        what = f"loss output (NaN or Inf) {found.name!r}"
-        if found.kind == "gradient":
-            what = f"gradient (NaN or Inf) of parameter {found.name!r}"
         if self.nonfinite == "stop":
+            if reporter != self._rank:
+                raise self._elsewhere(engine, reporter, "loss output or gradient")
+            batches, frames, steps = self._counters(engine)
+            what = f"loss output (NaN or Inf) {found.name!r}"
+            if found.kind == "gradient":
+                what = f"gradient (NaN or Inf) of parameter {found.name!r}"
             raise NonFiniteError(
                 f"NaNGuard: non-finite {what} at optim step {steps} (batch {batches}, frames {frames}); "
                 "the optimizer step was not taken"
             )
+        if found is None:  # another rank's loss output: every rank skips the step
+            self.check.skip(optimizers)
         sample = getattr(engine.state, "sample", None)
         if isinstance(sample, TensorDictBase) and sample.batch_dims:
             engine.state.sample = sample[:0]  # per-row write-backs (priorities) write nothing for this step
         self._publish(engine)
+
+    def _read_group(self, _: Engine) -> None:
+        self._rank, self._world = idist.get_rank(), idist.get_world_size()
 
     def _publish(self, engine: Engine) -> None:
         engine.state.metrics[self.metric_name] = self.check.skipped
@@ -183,6 +226,7 @@ class NaNGuard:
         gradients (replay, normalizers, clippers)."""
         if not isinstance(engine, Engine):
             raise TypeError(f"NaNGuard.attach: argument engine must be an ignite Engine, got {type(engine).__name__}")
+        engine.add_event_handler(Events.STARTED, self._read_group)
         if self.batch_keys:
             engine.add_event_handler(RLEvents.BATCH_COLLECTED, self.check_batch)
         if self.check_losses or self.parameters:

@@ -58,7 +58,7 @@ class GradClipper:
         >>> clipper.clip()
         Traceback (most recent call last):
         ...
-        handlers.nan_guard.NonFiniteError: GradClipper: non-finite gradient (NaN or Inf) of parameter 'weight'
+        engine_rl.finite.NonFiniteError: GradClipper: non-finite gradient (NaN or Inf) of parameter 'weight'
     """
 
     def __init__(

@@ -194,8 +194,80 @@ def _data_parallel_regression(rank: int, folder: Path) -> dict:
             "ref_bias": ref.bias.detach(), "frames": trainer.state.frames}
 
 
+def _raised(run) -> list[str]:
+    """``[type name, message]`` of what ``run()`` raised (``[]``: nothing)."""
+    try:
+        run()
+    except Exception as err:
+        return [type(err).__name__, str(err)]
+    return []
+
+
+def _nonfinite_decisions(rank: int, folder: Path) -> dict:
+    """NaNGuard and EvalSync decide with the other rank: a non-finite loss output on rank 1 alone
+    (a diagnostic entry: the averaged gradients stay finite) is skipped by both ranks, or stops both
+    with rank 1's error; a NaN gradient (averaged: on both) is reported once, by rank 0, before the
+    clipper; NaN data or a NaN evaluation on rank 1 stops both with rank 1's error."""
+    from ignite.engine import Engine
+
+    from engine_rl.events import RLEvents
+    from engine_rl.finite import NonFiniteError
+    from handlers import GradClipper, NaNGuard
+    from handlers.distributed import EvalSync, add_handler_first, make_data_parallel
+
+    def trainer_with(nonfinite: str, *, bad_steps=(), nan_grad_step=None, nan_batch=None, clip=False):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(2, 1)
+        batches = [TensorDict({"observation": torch.full((4, 2), float(rank + i))}, [4]) for i in range(3)]
+        if nan_batch is not None and rank == 1:
+            batches[nan_batch]["observation"][0, 0] = float("nan")
+        steps = []
+
+        def loss(td):
+            steps.append(None)
+            bad = rank == 1 and len(steps) in bad_steps
+            return {"loss": net(td["observation"]).pow(2).mean(), "diag": torch.tensor(float("nan") if bad else 0.0)}
+
+        trainer = create_trainer(batches, loss, torch.optim.SGD(net.parameters(), lr=0.1), optim_steps_per_batch=2)
+        guard = NaNGuard(parameters=None if clip else net, nonfinite=nonfinite).attach(trainer)
+        if clip:
+            GradClipper(net, max_norm=1.0, error_if_nonfinite=True).attach(trainer)
+        make_data_parallel(trainer, modules=[net])
+
+        def poison(engine):  # rank 1's own gradient, before the average spreads it
+            if rank == 1 and engine.state.optim_steps == nan_grad_step:
+                net.weight.grad[0, 0] = float("nan")
+
+        add_handler_first(trainer, RLEvents.BACKWARD_COMPLETED, poison)
+        return trainer, net, guard
+
+    skipping, net, guard = trainer_with("skip", bad_steps=(2, 5))
+    skipping.run(max_epochs=1)
+    out = {"skipped": skipping.state.metrics["nonfinite_skipped"], "weight": net.weight.detach().clone(),
+           "optim_steps": skipping.state.optim_steps}
+    stopping = trainer_with("stop", bad_steps=(4,))[0]
+    out["stop_loss"] = _raised(lambda: stopping.run(max_epochs=1)) + [stopping.state.optim_steps]
+    clipped = trainer_with("stop", nan_grad_step=2, clip=True)[0]
+    out["stop_gradient"] = _raised(lambda: clipped.run(max_epochs=1))
+    bad_data = trainer_with("stop", nan_batch=1)[0]
+    out["stop_data"] = _raised(lambda: bad_data.run(max_epochs=1))
+
+    def evaluate(engine, _):
+        if rank == 1 and engine.state.epoch == 1 and engine.nan:
+            raise NonFiniteError("run_episodes: non-finite value (NaN or Inf) in key 'next.reward' of ...")
+        return {"return": torch.ones(2), "length": torch.ones(2, dtype=torch.int64)}
+
+    evaluator = Engine(evaluate)
+    EvalSync().attach(evaluator)
+    evaluator.nan = True
+    out["eval"] = _raised(lambda: evaluator.run([None], max_epochs=1))
+    evaluator.nan = False
+    out["eval_after"] = _raised(lambda: evaluator.run([None], max_epochs=1))  # the ranks are still in step
+    return out
+
+
 CHECKS = [_grads, _moments, _gather, _broadcast, _checkpoints, _frames_and_epochs, _episode_stats,
-          _eval_and_normalizer, _data_parallel_regression]
+          _eval_and_normalizer, _data_parallel_regression, _nonfinite_decisions]
 
 
 def _worker(local_rank: int, folder: str) -> None:
@@ -306,6 +378,44 @@ def test_data_parallel_trainer_equals_one_process_on_all_the_data(ranks):
     assert torch.allclose(a["weight"], a["ref_weight"], atol=1e-6)
     assert torch.allclose(a["bias"], a["ref_bias"], atol=1e-6)
     assert a["frames"] == b["frames"] == 2 * 5 * 8
+
+
+def test_a_step_one_rank_finds_non_finite_is_skipped_by_every_rank(ranks):
+    a, b = ranks[0]["nonfinite_decisions"], ranks[1]["nonfinite_decisions"]
+    assert a["skipped"] == b["skipped"] == 2 and a["optim_steps"] == b["optim_steps"] == 6
+    assert torch.equal(a["weight"], b["weight"])  # one model: no rank stepped alone
+
+
+def test_a_stop_on_one_rank_stops_every_rank_and_one_of_them_says_why(ranks):
+    a, b = ranks[0]["nonfinite_decisions"], ranks[1]["nonfinite_decisions"]
+    # rank 1's loss output: rank 1 reports, rank 0 stops with it (engine-rl train prints nothing for that)
+    assert b["stop_loss"] == [
+        "NonFiniteError", "NaNGuard: non-finite loss output (NaN or Inf) 'diag' at optim step 4 (batch 2, frames 16); "
+        "the optimizer step was not taken", 4]
+    assert a["stop_loss"] == [
+        "NonFiniteElsewhere", "NaNGuard: rank 1 of 2 found a non-finite loss output or gradient at batch 2 (frames 16, "
+        "optim step 4) and stops the run with its error; this rank stops with it", 4]
+    # a NaN gradient is averaged into both ranks: rank 0 says it, before the clipper could raise it twice
+    assert a["stop_gradient"] == [
+        "NonFiniteError", "NaNGuard: non-finite gradient (NaN or Inf) of parameter 'weight' at optim step 2 "
+        "(batch 1, frames 8); the optimizer step was not taken"]
+    assert b["stop_gradient"] == [
+        "NonFiniteElsewhere", "NaNGuard: rank 0 of 2 found a non-finite loss output or gradient at batch 1 (frames 8, "
+        "optim step 2) and stops the run with its error; this rank stops with it"]
+    assert b["stop_data"] == [
+        "NonFiniteError", "NaNGuard: non-finite value (NaN or Inf) in batch key 'observation' at batch 2 "
+        "(frames 16, optim step 2)"]
+    assert a["stop_data"] == [
+        "NonFiniteElsewhere", "NaNGuard: rank 1 of 2 found a non-finite value in its batch at batch 2 (frames 16, "
+        "optim step 2) and stops the run with its error; this rank stops with it"]
+
+
+def test_a_nan_in_one_ranks_evaluation_stops_every_rank(ranks):
+    a, b = ranks[0]["nonfinite_decisions"], ranks[1]["nonfinite_decisions"]
+    assert b["eval"] == ["NonFiniteError", "run_episodes: non-finite value (NaN or Inf) in key 'next.reward' of ..."]
+    assert a["eval"] == ["NonFiniteElsewhere", "EvalSync: rank 1 of 2 found a non-finite value in its evaluation and "
+                                               "stops the run with its error; this rank stops with it"]
+    assert a["eval_after"] == b["eval_after"] == []
 
 
 # -- one process: everything is a no-op or the local answer -----------------------------------
