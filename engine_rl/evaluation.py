@@ -5,7 +5,11 @@ One ``evaluator.run()`` is one evaluation: a single iteration that calls
 second rollout loop) with the policy in eval mode under ``torch.no_grad()``, and fills
 ``evaluator.state.metrics`` with ``return_mean``, ``return_std``, ``return_min``,
 ``return_max`` and ``length_mean``. Every run resets the env with the same ``seed``, so scores
-of successive runs differ only because the policy changed. During training,
+of successive runs differ only because the policy changed. A NaN or Inf reward or observation in
+an episode stops the run with :class:`~engine_rl.finite.NonFiniteError` naming the env copy, the
+key, the episode and the step (a NaN score would not rank the policy), and an episode that runs
+past :data:`~engine_rl.collectors.step_cap.LONG_EPISODE_STEPS` steps is said with a
+:class:`~engine_rl.collectors.step_cap.LongEvaluationWarning`. During training,
 :class:`handlers.ValidationRollout` runs it every N iterations or frames and copies the metrics
 onto the trainer as ``eval_*``.
 

@@ -19,6 +19,7 @@ from ignite.engine.events import RemovableEventHandle
 
 from engine_rl.collectors.info import check_info_keys
 from engine_rl.evaluation import Evaluator, create_evaluator
+from engine_rl.finite import NonFiniteElsewhere, NonFiniteError
 from handlers._attach import add_handler, check_every
 
 __all__ = ["ValidationRollout"]
@@ -38,6 +39,13 @@ class ValidationRollout:
     trainer gets no event; the evaluator fires its own (``Events.COMPLETED`` after each
     evaluation, with the unprefixed scores in ``evaluator.state.metrics``): attach
     ``EarlyStopping`` or a best-policy ``Checkpoint`` there.
+
+    A NaN or Inf reward or observation in an evaluation episode stops the run: the
+    :class:`~engine_rl.finite.NonFiniteError` of :func:`~engine_rl.collectors.run_episodes`
+    (the key, the env copy, its episode and the step) is raised from the trainer's handler with
+    the batch and the frames added, before the iteration's later handlers (its checkpoint) run.
+    A score with a NaN in it would be no score of the policy, and skipping the episode would score
+    the policy on the episodes the env happened to keep finite.
 
     Every evaluation resets the env with the **same seed**, so successive scores differ only
     because the policy changed, not because the episodes' start states did. With ``seed=None``
@@ -154,9 +162,18 @@ class ValidationRollout:
         return self.last
 
     def __call__(self, engine: Engine) -> None:
-        engine.state.metrics.update(self.evaluate())
-        # when the scores were taken: MetricsLogger writes an eval line whenever this changes
         frames = int(getattr(engine.state, "frames", 0))
+        try:
+            scores = self.evaluate()
+        except NonFiniteElsewhere:  # another rank's evaluation: that rank says where
+            raise
+        except NonFiniteError as err:  # evaluation data is never skipped: stop, naming when
+            detail = str(err).removeprefix("run_episodes: ")
+            raise NonFiniteError(
+                f"ValidationRollout: {detail}, in the evaluation after batch {engine.state.iteration} (frames {frames})"
+            ) from err
+        engine.state.metrics.update(scores)
+        # when the scores were taken: MetricsLogger writes an eval line whenever this changes
         engine.state.metrics[f"{self.prefix}_frames"] = frames
         self._last_iteration = engine.state.iteration
         if self.every_frames is not None:

@@ -141,3 +141,25 @@ def test_dqn_with_nonfinite_skip_skips_an_injected_nan_gradient():
     assert all(bool(torch.isfinite(p).all()) for p in nets)
     replay = setup.to_save["replay"]
     assert np.isfinite(replay.sampler.tree.leaves[: len(replay)]).all()
+
+
+def test_cli_stops_at_a_nan_reward_of_the_evaluation_env_alone_in_one_line_with_exit_code_1(tmp_path):
+    """``NaNEvalRewardCartPole-v0`` pays NaN at step 3 of the episodes of copies reset with a seed >= 10,000:
+    the evaluation env's (eval_seed 10,000), not the training env's. The run stops at its first evaluation
+    (batch 2), before that batch's checkpoint, with exit 1 and one line; the checkpoint before it is intact."""
+    sets = {**DQN, "env_id": "nonfinite_envs:NaNEvalRewardCartPole-v0", "learning_starts": 128,
+            "optim_steps_per_batch": 2, "hidden": "(8,)", "eval_every": 2, "eval_episodes": 2}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "engine_rl", "train", "dqn-cartpole", "--out", str(tmp_path / "run"), "--no-progress",
+         "--checkpoint-every", "1", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")]],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "engine-rl: error: ValidationRollout: non-finite value (NaN or Inf) in key 'next.reward' of evaluation env "
+        "copy 0 of 2 at step 3 of its episode 1, in the evaluation after batch 2 (frames 128)"
+    ]
+    assert [p.name for p in list_checkpoints(tmp_path / "run" / "checkpoints")] == ["checkpoint_64.pt"]
+    assert _all_finite(tmp_path / "run" / "checkpoints" / "checkpoint_64.pt")
+    assert not any((tmp_path / "run" / f).exists() for f in ("inference.pt", "policy.pt", "summary.json"))

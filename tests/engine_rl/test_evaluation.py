@@ -216,3 +216,83 @@ def test_stock_handlers_on_the_trainer_with_custom_events(capsys):
     rows = [(row[0], row[1]) for row in profiler.get_results()]
     assert any(name.endswith("<lambda>") and event == "BATCH_COLLECTED" for name, event in rows)  # custom events too
     assert global_step_from_engine(trainer, RLEvents.BATCH_COLLECTED)(None, Events.COMPLETED) == 3
+
+
+# -- a NaN in evaluation stops it, naming the env copy, the key, the episode and the step ----------
+def _poisoned(copies, *, nan_copy, at, what="reward"):
+    """A 2+-copy CartPole vector env whose copy ``nan_copy`` returns a NaN reward (or observation)
+    at step ``at`` of every episode."""
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    class Poison(gym.Wrapper):
+        def reset(self, **kwargs):
+            self.t = 0
+            return self.env.reset(**kwargs)
+
+        def step(self, action):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self.t += 1
+            if self.t == at:
+                if what == "reward":
+                    reward = float("nan")
+                else:
+                    obs = obs.copy()
+                    obs[1] = float("inf")
+            return obs, reward, terminated, truncated, info
+
+    def make(i):
+        return lambda: Poison(gym.make("CartPole-v1")) if i == nan_copy else gym.make("CartPole-v1")
+
+    return gym.vector.SyncVectorEnv([make(i) for i in range(copies)], autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def test_a_nan_reward_in_evaluation_raises_naming_the_env_copy_the_key_the_episode_and_the_step():
+    from engine_rl.finite import NonFiniteError
+
+    with pytest.raises(NonFiniteError, match=r"^run_episodes: non-finite value \(NaN or Inf\) in key 'next\.reward' of "
+                                             r"evaluation env copy 1 of 2 at step 5 of its episode 1$"):
+        run_episodes(_poisoned(2, nan_copy=1, at=5), Threshold(), 4, seed=0)
+    # an observation: reported at the step whose action it chose (the next one)
+    evaluator = create_evaluator(_poisoned(3, nan_copy=2, at=7, what="observation"), Threshold(), num_episodes=3,
+                                 seed=0)
+    with pytest.raises(NonFiniteError, match=r"in key 'observation' of evaluation env copy 2 of 3 at step 8 of its "
+                                             r"episode 1$"):
+        evaluator.run()
+    # a copy past its quota (num_episodes=1: only copy 0 counts) plays on for nothing: its NaN is no score's
+    assert run_episodes(_poisoned(2, nan_copy=1, at=5), Threshold(), 1, seed=0)["return"].isfinite().all()
+
+
+def test_a_nan_in_a_torch_env_evaluation_raises_too():
+    from engine_rl.finite import NonFiniteError
+
+    class NaNCartPole(CartPole):
+        def step(self, action):
+            obs, reward, terminated, truncated = super().step(action)
+            self.t = getattr(self, "t", 0) + 1
+            if self.t == 4:
+                reward = reward.clone()
+                reward[1] = float("nan")
+            return obs, reward, terminated, truncated
+
+    with pytest.raises(NonFiniteError, match=r"^run_episodes: non-finite value \(NaN or Inf\) in key 'next\.reward' of "
+                                             r"evaluation env copy 1 of 3 at step 4 of its episode 1$"):
+        run_episodes(NaNCartPole(num_envs=3), Threshold(), num_episodes=3, seed=0)
+
+
+def test_validation_rollout_stops_the_run_at_a_nan_evaluation_naming_the_batch_and_frames():
+    from engine_rl.finite import NonFiniteError
+
+    policy = Threshold()
+    rollout = ValidationRollout(_poisoned(2, nan_copy=0, at=3), policy, num_episodes=2, every=2, seed=0)
+    trainer = trainer_over(policy, 4)
+    rollout.attach(trainer)
+    after = []
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda e: after.append(e.state.iteration))  # a checkpoint
+    with pytest.raises(NonFiniteError) as caught:
+        trainer.run(max_epochs=1)
+    assert str(caught.value) == (
+        "ValidationRollout: non-finite value (NaN or Inf) in key 'next.reward' of evaluation env copy 0 of 2 at step 3 "
+        "of its episode 1, in the evaluation after batch 2 (frames 8)"
+    )
+    assert after == [1] and "eval_return_mean" not in trainer.state.metrics  # no later handler saw a score
