@@ -1,7 +1,7 @@
 """``--device``: auto/cpu train, evaluate and resume here; cuda without CUDA is one clear error; a resume
 may move a run to another device. The tests marked ``gpu`` run where CUDA is (tests/benchmarks/device_check.sh).
 
-Seed 0 throughout.
+Seed 0 throughout, the suite's seed offset added (support.seeds).
 """
 
 import json
@@ -14,6 +14,7 @@ from engine_rl.commands.eval import evaluate_checkpoint
 from engine_rl.device import config_devices, resolve_device
 from engine_rl.recipes.dqn_cartpole import DQNConfig
 from engine_rl.recipes.ppo_cartpole import PPOConfig
+from support.seeds import seed_arg
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -29,7 +30,7 @@ SHORT = {
 
 
 def train(recipe, out, capsys, *extra):
-    code = main(["train", recipe, "--out", str(out), "--no-progress", "--seed", "0", *SHORT[recipe], *extra])
+    code = main(["train", recipe, "--out", str(out), "--no-progress", "--seed", seed_arg(0), *SHORT[recipe], *extra])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out.strip().splitlines()[-1])

@@ -1,6 +1,6 @@
 """Custom envs with Dict observations train through the Python API: each key through its own
 encoder (the recipe; the parts composed by hand, with the user's encoder for one key), or all
-flattened by a config wrapper. Seed 0.
+flattened by a config wrapper. Seed 0, the suite's seed offset added (support.seeds).
 
 GoalOnALine: a point on a line and a goal at -3 or +3, two Box entries; actions move left or
 right; reward 1 on reaching the goal (the episode ends), else 0; 20 steps at most. A policy that
@@ -18,6 +18,7 @@ from engine_rl.algos import PPOLoss, make_actor_critic
 from engine_rl.collectors import GymCollector, make_vec_env, run_episodes
 from engine_rl.recipes.runner import make_config, train
 from handlers import GAEAdvantage, MinibatchSampler
+from support.seeds import seed
 
 DOOR_ROOM = "support.user_envs:engine_rl_tests/DoorRoom-v0"
 
@@ -47,7 +48,7 @@ gym.register("engine_rl_tests/GoalOnALine-v0", entry_point=GoalOnALine, max_epis
 def test_ppo_learns_a_dict_observation_env_with_a_flatten_wrapper(tmp_path):
     config = make_config("ppo-cartpole", {
         "env_id": "engine_rl_tests/GoalOnALine-v0", "wrappers": ("FlattenObservation",), "total_frames": 8192,
-        "eval_every": 100, "eval_episodes": 10, "seed": 0, "entropy_coef": 0.01,
+        "eval_every": 100, "eval_episodes": 10, "seed": seed(0), "entropy_coef": 0.01,
     })
     summary = train("ppo-cartpole", config, tmp_path)
     # every evaluation episode reaches the goal, in the 3 steps the shortest walk takes
@@ -70,7 +71,7 @@ class SmallCamera(nn.Module):
 def test_the_ppo_recipe_encodes_each_dict_key_without_a_wrapper(tmp_path):
     config = make_config("ppo-cartpole", {
         "env_id": "engine_rl_tests/GoalOnALine-v0", "total_frames": 8192, "eval_every": 100, "eval_episodes": 10,
-        "seed": 0, "entropy_coef": 0.01,
+        "seed": seed(0), "entropy_coef": 0.01,
     })
     summary = train("ppo-cartpole", config, tmp_path)
     assert summary["eval_return_mean"] == 1.0 and summary["eval_length_mean"] == 3.0
@@ -79,20 +80,20 @@ def test_the_ppo_recipe_encodes_each_dict_key_without_a_wrapper(tmp_path):
 def test_ppo_composed_by_hand_learns_a_dict_env_with_an_encoder_of_the_users_for_one_key():
     """DoorRoom (support.user_envs): knock on the open door, shown by the camera and the door key;
     5 steps, so 5 is the best return and random knocking gets 5/3."""
-    torch.manual_seed(0)
+    torch.manual_seed(seed(0))
     env = make_vec_env(DOOR_ROOM, 8)
-    policy = make_actor_critic(env.single_observation_space, env.single_action_space, seed=0,
+    policy = make_actor_critic(env.single_observation_space, env.single_action_space, seed=seed(0),
                                encoders={"camera": SmallCamera()})
-    collector = GymCollector(env, policy, frames_per_batch=256, seed=0)
+    collector = GymCollector(env, policy, frames_per_batch=256, seed=seed(0))
     loss = PPOLoss(policy, entropy_coef=0.01)
     trainer = create_trainer(collector, loss, torch.optim.Adam(policy.parameters(), lr=1e-3),
                              total_frames=4096, num_epochs=4, optim_steps_per_batch=4)
     GAEAdvantage(policy.value, gamma=0.99, lmbda=0.95, reuse_values=True).attach(trainer)
-    MinibatchSampler(64, keys=loss.in_keys, seed=0).attach(trainer)
+    MinibatchSampler(64, keys=loss.in_keys, seed=seed(0)).attach(trainer)
     trainer.run()
     batch = trainer.state.batch
     assert batch["observation", "camera"].dtype == torch.uint8 and batch["observation", "door"].dtype == torch.int64
-    result = run_episodes(make_vec_env(DOOR_ROOM, 10), policy.greedy(), 20, seed=100)
+    result = run_episodes(make_vec_env(DOOR_ROOM, 10), policy.greedy(), 20, seed=seed(100))
     assert result["return"].mean().item() >= 4.5  # random: 5/3
 
 
@@ -102,7 +103,7 @@ def test_sac_and_td3_learn_a_goal_conditioned_dict_env_with_an_encoder_per_key(r
     reward ``-|goal - position|`` per step, 8 steps. Random actions score -10.7 (50 episodes);
     walking straight to the goal scores -0.25 on average. 3,000 frames, seed 0: SAC -0.24, TD3 -0.17."""
     cfg = make_config(recipe, env_id="support.user_envs:engine_rl_tests/DictReach-v0", total_frames=3000,
-                      learning_starts=500, eval_every_frames=3000, hidden=(64, 64))
+                      learning_starts=500, eval_every_frames=3000, hidden=(64, 64), seed=seed(0))
     summary = train(recipe, cfg, tmp_path, progress=False)
     assert summary["eval_return_mean"] > -1.0, summary
     replay = torch.load(tmp_path / "checkpoints" / "checkpoint_3000.pt", weights_only=True)["replay"]

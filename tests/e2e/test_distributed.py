@@ -1,7 +1,8 @@
 """End to end: ``engine-rl train RECIPE --nproc 2`` (two gloo processes on this machine), and torchrun.
 
 Every run is a new ``python -m engine_rl`` process (which spawns the two ranks), as a user runs it.
-Seeds: dqn-cartpole seed 1, ppo-cartpole seeds 0 (learning) and 2 (resume), fixed below.
+Seeds: dqn-cartpole seed 1, ppo-cartpole seeds 0 (learning), 2 (resume) and 3, set below, the
+suite's seed offset added (support.seeds).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 from engine_rl.cli import main
 from support.compare import differences, log
+from support.seeds import seed, seed_arg
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,17 +53,17 @@ def rank_states(out: Path, frames: int) -> list[dict]:
 def test_two_process_dqn_keeps_replay_shards_and_identical_weights(tmp_path, capsys):
     out = tmp_path / "run"
     summary = cli("train", "dqn-cartpole", "--nproc", "2", "--out", str(out), "--no-progress", "--frames", "2048",
-                  "--seed", "1", "--set", "learning_starts=512", "--set", "optim_steps_per_batch=8",
+                  "--seed", seed_arg(1), "--set", "learning_starts=512", "--set", "optim_steps_per_batch=8",
                   "--set", "hidden=(32,32)", "--set", "num_envs=4", "--set", "eval_every=2", "--set", "eval_episodes=2",
                   "--checkpoint-every", "2")
     # frames count both ranks: 4 iterations of 2 x 256; learning starts with the first (512 frames)
-    assert (summary["frames"], summary["optim_steps"], summary["nproc"], summary["seed"]) == (2048, 4 * 8, 2, 1)
+    assert (summary["frames"], summary["optim_steps"], summary["nproc"], summary["seed"]) == (2048, 4 * 8, 2, seed(1))
     lines = log(out / "metrics.jsonl")  # rank 0 alone writes the log, the summary and the inference files
     assert [r["frames"] for r in lines if r["kind"] == "train"] == [512, 1024, 1536, 2048]
     assert [r["frames"] for r in lines if r["kind"] == "eval"] == [1024, 2048]
     assert {p.name for p in out.iterdir()} == {"best", "checkpoints", "config.json", "inference.pt", "metrics.jsonl",
                                                "policy.pt", "summary.json"}
-    assert json.loads((out / "config.json").read_text())["seed"] == 1  # the run's config, not a rank's
+    assert json.loads((out / "config.json").read_text())["seed"] == seed(1)  # the run's config, not a rank's
 
     r0, r1 = rank_states(out, 2048)
     rank1_files = sorted(p.name for p in (out / "checkpoints" / "rank1").iterdir())
@@ -98,7 +100,7 @@ def test_ppo_cartpole_learns_with_two_processes(tmp_path):
     Measured on the shared 2-core box: seed 0 -> 365 (seeds 1/2/3: 493, 500, 144) in 7-10 s of
     training plus ~8 s of process start-up; at 20,480 frames seed 0 reached 197.
     """
-    summary = cli("train", "ppo-cartpole", "--nproc", "2", "--frames", "40960", "--seed", "0",
+    summary = cli("train", "ppo-cartpole", "--nproc", "2", "--frames", "40960", "--seed", seed_arg(0),
                   "--out", str(tmp_path), "--no-progress")
     assert summary["eval_return_mean"] >= 150, summary
     r0, r1 = rank_states(tmp_path, summary["frames"])
@@ -108,7 +110,7 @@ def test_ppo_cartpole_learns_with_two_processes(tmp_path):
 
 
 # normalized observations (statistics gathered from both ranks), a KL stop (shared), reward scaling
-PPO_ARGS = ("--nproc", "2", "--frames", "2048", "--seed", "2", "--no-progress", "--set", "eval_every=2",
+PPO_ARGS = ("--nproc", "2", "--frames", "2048", "--seed", seed_arg(2), "--no-progress", "--set", "eval_every=2",
             "--set", "eval_episodes=2", "--set", "num_epochs=4", "--set", "batch_size=64",
             "--set", "normalize_observations=true", "--set", "normalize_rewards=true", "--set", "target_kl=0.0002",
             "--checkpoint-every", "1")
@@ -139,7 +141,7 @@ def test_distributed_resume_in_new_processes_is_bitwise_identical(tmp_path):
 @pytest.mark.slow
 def test_torchrun_launch_matches_nproc(tmp_path):
     """``torchrun --standalone --nproc-per-node 2 -m engine_rl train ...`` trains exactly as ``--nproc 2``."""
-    args = ("--frames", "1024", "--seed", "3", "--no-progress", "--set", "eval_every=2", "--set", "eval_episodes=2")
+    args = ("--frames", "1024", "--seed", seed_arg(3), "--no-progress", "--set", "eval_every=2", "--set", "eval_episodes=2")
     spawned = cli("train", "ppo-cartpole", "--nproc", "2", "--out", str(tmp_path / "nproc"), *args)
     launched = cli("train", "ppo-cartpole", "--out", str(tmp_path / "torchrun"), *args,
                    launcher=("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "engine_rl"))
@@ -155,7 +157,7 @@ def test_two_machine_launch_flags_on_one_machine(tmp_path):
     one process each) form one group and train exactly as ``--nproc 2``."""
     from engine_rl.distributed import free_port
 
-    args = ("train", "ppo-cartpole", "--frames", "1024", "--seed", "3", "--no-progress", "--set", "eval_every=2",
+    args = ("train", "ppo-cartpole", "--frames", "1024", "--seed", seed_arg(3), "--no-progress", "--set", "eval_every=2",
             "--set", "eval_episodes=2")
     spawned = cli(*args, "--nproc", "2", "--out", str(tmp_path / "nproc"))
     port = str(free_port())
@@ -180,7 +182,7 @@ def test_one_failing_rank_stops_the_run_with_its_error(tmp_path):
     own and waits for rank 1 in the first collective; the command must stop both and exit 1 with
     rank 1's error (not hang)."""
     args = ("train", "ppo-cartpole", "--nproc", "2", "--out", str(tmp_path), "--no-progress", "--frames", "1024",
-            "--seed", "0", "--set", "eval_every=100", "--set", "eval_episodes=1", "--checkpoint-every", "1")
+            "--seed", seed_arg(0), "--set", "eval_every=100", "--set", "eval_episodes=1", "--checkpoint-every", "1")
     assert cli(*args, "--until-frames", "512")["paused"]
     broken = tmp_path / "checkpoints" / "rank1" / "checkpoint_512.pt"
     broken.write_bytes(broken.read_bytes()[:1000])

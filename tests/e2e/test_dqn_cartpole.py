@@ -12,6 +12,7 @@ from engine_rl.cli import main
 from engine_rl.commands.eval import evaluate_checkpoint
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config, train
+from support.seeds import seed, seed_arg
 
 
 def _lines(path):
@@ -20,11 +21,11 @@ def _lines(path):
 
 def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["train", "dqn-cartpole", "--frames", "3072", "--seed", "3", "--out", str(out), "--no-progress",
+    rc = main(["train", "dqn-cartpole", "--frames", "3072", "--seed", seed_arg(3), "--out", str(out), "--no-progress",
                "--set", "learning_starts=512", "--set", "eval_every=4", "--set", "eval_episodes=3"])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["frames"] == 3072 and summary["seed"] == 3
+    assert summary["frames"] == 3072 and summary["seed"] == seed(3)
     assert summary["optim_steps"] == 128 * 11  # batches 2..12 of 256 frames learn (learning_starts=512)
     lines = _lines(out / "metrics.jsonl")
     assert all("frames" in r and "optim_steps" in r for r in lines)
@@ -45,7 +46,7 @@ def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
     # the checkpoint restores a freshly built recipe
     from engine_rl.recipes import get_recipe
 
-    cfg = make_config("dqn-cartpole", {"seed": 3})
+    cfg = make_config("dqn-cartpole", {"seed": seed(3)})
     setup = get_recipe("dqn-cartpole").build(cfg)
     Checkpoint.load_objects(setup.to_save, state)
     assert setup.trainer.state.frames == 3072
@@ -121,11 +122,11 @@ def test_dqn_cartpole_learns_within_50k_frames(tmp_path):
     checkpoint must clear the same bar on episodes the run never evaluated (eval seed 20000: 500
     here, as the final policy).
     """
-    summary = train("dqn-cartpole", make_config("dqn-cartpole", {"seed": 0}), tmp_path, progress=False)
+    summary = train("dqn-cartpole", make_config("dqn-cartpole", {"seed": seed(0)}), tmp_path, progress=False)
     assert summary["frames"] == 50_176  # 196 batches of 256
     assert summary["eval_return_mean"] >= 150, summary
-    best = evaluate_checkpoint(summary["best_checkpoint"], seed=20_000)
-    assert best["episodes"] == 10 and best["seed"] == 20_000
+    best = evaluate_checkpoint(summary["best_checkpoint"], seed=seed(20_000))
+    assert best["episodes"] == 10 and best["seed"] == seed(20_000)
     assert best["return_mean"] >= 150, best
 
 

@@ -3,7 +3,8 @@
 
 The env: a 36x36 grey frame with a white bar on its left or right half (a coin flip per step);
 acting on the bar's side pays 1, the other side 0; 10 steps per episode. A policy that ignores
-the pixels earns 5 on average; one that reads them earns 10. Seed 0.
+the pixels earns 5 on average; one that reads them earns 10. Seed 0, the suite's seed offset added
+(support.seeds).
 """
 
 import json
@@ -15,6 +16,7 @@ import torch
 from engine_rl.cli import main
 from engine_rl.collectors import GymCollector, make_vec_env
 from engine_rl.replay import ReplayBuffer
+from support.seeds import seed, seed_arg
 
 SIZE = 36
 
@@ -44,11 +46,11 @@ gym.register("engine_rl_tests/BarSide-v0", entry_point=BarSide, max_episode_step
 def test_pixels_stay_uint8_in_batches_and_replay():
     env = make_vec_env("engine_rl_tests/BarSide-v0", 4)
     collector = GymCollector(env, lambda td: td.set("action", torch.zeros(4, dtype=torch.int64)),
-                             frames_per_batch=64, seed=0)
+                             frames_per_batch=64, seed=seed(0))
     batch = next(iter(collector))
     assert batch["observation"].dtype == torch.uint8 and batch["next", "observation"].dtype == torch.uint8
     assert batch["observation"].shape == (4, 16, 1, SIZE, SIZE)
-    buffer = ReplayBuffer(1000, seed=0)
+    buffer = ReplayBuffer(1000, seed=seed(0))
     buffer.extend(batch.reshape(-1))
     assert buffer.sample(8)["observation"].dtype == torch.uint8
     # both observation columns: 1000 rows of 36 * 36 bytes each, not 4 bytes per pixel
@@ -61,7 +63,7 @@ def test_dqn_learns_to_read_the_pixels(tmp_path, capsys):
     args = ["--set", "env_id=engine_rl_tests/BarSide-v0", "--set", "num_envs=4", "--set", "frames_per_batch=64",
             "--set", "learning_starts=256", "--set", "optim_steps_per_batch=16", "--set", "buffer_size=4096",
             "--set", "hidden=()", "--set", "eps_frames=1024", "--set", "target_update_every=64",
-            "--set", "eval_episodes=10", "--set", "lr=1e-3", "--frames", "3072", "--seed", "0",
+            "--set", "eval_episodes=10", "--set", "lr=1e-3", "--frames", "3072", "--seed", seed_arg(0),
             "--out", str(tmp_path), "--no-progress"]
     assert main(["train", "dqn-cartpole", *args]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -71,7 +73,7 @@ def test_dqn_learns_to_read_the_pixels(tmp_path, capsys):
 def test_ppo_learns_to_read_the_pixels_through_a_shared_cnn(tmp_path, capsys):
     args = ["--set", "env_id=engine_rl_tests/BarSide-v0", "--set", "num_envs=4", "--set", "steps_per_env=64",
             "--set", "batch_size=64", "--set", "num_epochs=4", "--set", "hidden=()", "--set", "lr=1e-3",
-            "--set", "lr_end=1e-3", "--set", "eval_every=100", "--frames", "4096", "--seed", "0",
+            "--set", "lr_end=1e-3", "--set", "eval_every=100", "--frames", "4096", "--seed", seed_arg(0),
             "--out", str(tmp_path), "--no-progress"]
     assert main(["train", "ppo-cartpole", *args]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 """ppo-atari: CleanRL's ppo_atari defaults, the Atari preprocessing, FIRE at each life's start,
 rewards clipped for the loss while reported returns stay the game score, uint8 frames.
 
-Seed 0 throughout.
+Seed 0 throughout, the suite's seed offset added (support.seeds).
 """
 
 import json
@@ -19,6 +19,7 @@ from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.ppo_atari import PPOAtariConfig
 from engine_rl.recipes.ppo_cartpole import PPOConfig
 from support.random_play import random_return
+from support.seeds import seed_arg
 
 pytest.importorskip("ale_py")
 
@@ -192,7 +193,7 @@ def test_ppo_atari_beats_random_play_on_up_n_down_in_32k_frames(tmp_path, capsys
     Breakout shows nothing at this budget (see below), and neither does the greedy evaluation here:
     the argmax of a policy still this uncertain scored 20 on both seeds."""
     env_id = "UpNDownNoFrameskip-v4"
-    assert main(["train", "ppo-atari", "--frames", "32768", "--seed", "0", "--set", f"env_id={env_id}",
+    assert main(["train", "ppo-atari", "--frames", "32768", "--seed", seed_arg(0), "--set", f"env_id={env_id}",
                  "--set", "eval_every=100", "--set", "eval_episodes=1", "--out", str(tmp_path), "--no-progress"]) == 0
     capsys.readouterr()
     baseline = atari_random_return(env_id, 20)
@@ -205,7 +206,7 @@ def test_ppo_atari_beats_random_play_on_up_n_down_in_32k_frames(tmp_path, capsys
 def test_breakout_beats_random_play_in_150k_frames(tmp_path, capsys):
     """About 21 minutes on one core here, so not in CI: up to ~50k frames the greedy evaluation
     stays at or below 1.8 (seed 0: 1.8, 1.8, 1.8, 0, 0 at 10k-51k), and learning shows after ~100k."""
-    assert main(["train", "ppo-atari", "--frames", "153600", "--seed", "0", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert main(["train", "ppo-atari", "--frames", "153600", "--seed", seed_arg(0), "--out", str(tmp_path), "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     baseline = breakout_random_return()
     assert 0.5 < baseline < 2.0

@@ -13,6 +13,7 @@ from engine_rl.events import RLEvents
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.ppo_cartpole import PPOConfig
 from engine_rl.recipes.runner import make_config, train
+from support.seeds import seed, seed_arg
 
 
 def _lines(path):
@@ -21,11 +22,11 @@ def _lines(path):
 
 def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["train", "ppo-cartpole", "--frames", "2048", "--seed", "1", "--out", str(out), "--no-progress",
+    rc = main(["train", "ppo-cartpole", "--frames", "2048", "--seed", seed_arg(1), "--out", str(out), "--no-progress",
                "--set", "num_epochs=2", "--set", "eval_every=4", "--set", "eval_episodes=3"])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["frames"] == 2048 and summary["seed"] == 1
+    assert summary["frames"] == 2048 and summary["seed"] == seed(1)
     assert summary["optim_steps"] == 8 * 2  # 8 batches of 256, 2 epochs of one 256-frame minibatch
     lines = _lines(out / "metrics.jsonl")
     train_lines = [r for r in lines if r["kind"] == "train"]
@@ -41,7 +42,7 @@ def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
     assert state["trainer"]["frames"] == 2048 and state["trainer"]["optim_steps"] == 16
 
     # the checkpoint restores a freshly built recipe; policy.pt is the greedy policy's weights
-    setup = get_recipe("ppo-cartpole").build(make_config("ppo-cartpole", {"seed": 1}))
+    setup = get_recipe("ppo-cartpole").build(make_config("ppo-cartpole", {"seed": seed(1)}))
     Checkpoint.load_objects(setup.to_save, state)
     assert setup.trainer.state.frames == 2048
     greedy_state = torch.load(out / "policy.pt", weights_only=True)
@@ -76,7 +77,7 @@ def test_gaussian_ppo_runs_on_pendulum(tmp_path):
     """The policy is picked from the action space: a Box env trains a Gaussian policy (no learning bar)."""
     cfg = make_config("ppo-cartpole", {
         "env_id": "Pendulum-v1", "num_envs": 4, "steps_per_env": 64, "batch_size": 64, "num_epochs": 2,
-        "total_frames": 512, "eval_episodes": 1, "eval_every": 100, "gamma": 0.9, "seed": 0,
+        "total_frames": 512, "eval_episodes": 1, "eval_every": 100, "gamma": 0.9, "seed": seed(0),
     })
     setup = get_recipe("ppo-cartpole").build(cfg)
     assert isinstance(setup.to_save["policy"], GaussianActorCritic)
@@ -93,7 +94,7 @@ def test_gaussian_ppo_runs_on_pendulum(tmp_path):
 def test_normalization_and_kl_options_run_and_checkpoint(tmp_path):
     cfg = make_config("ppo-cartpole", {
         "normalize_observations": True, "normalize_rewards": True, "target_kl": 0.001, "value_clip": 0.2,
-        "lr_end": 1e-3, "clip_epsilon_end": 0.2, "total_frames": 1024, "eval_episodes": 2, "eval_every": 100, "seed": 2,
+        "lr_end": 1e-3, "clip_epsilon_end": 0.2, "total_frames": 1024, "eval_episodes": 2, "eval_every": 100, "seed": seed(2),
     })
     summary = train("ppo-cartpole", cfg, tmp_path, progress=False)
     assert summary["frames"] == 1024
@@ -106,7 +107,7 @@ def test_normalization_and_kl_options_run_and_checkpoint(tmp_path):
 
 
 def test_discrete_space_gets_a_categorical_policy_and_bad_spaces_are_refused():
-    setup = get_recipe("ppo-cartpole").build(make_config("ppo-cartpole", {"seed": 0}))
+    setup = get_recipe("ppo-cartpole").build(make_config("ppo-cartpole", {"seed": seed(0)}))
     assert isinstance(setup.to_save["policy"], CategoricalActorCritic)
     setup.close()
     with pytest.raises(ValueError, match=r"ppo \(Blackjack-v1\): the observation space is Tuple\(.*which cannot "
@@ -121,7 +122,7 @@ def test_ppo_cartpole_learns_quickly(tmp_path):
 
     Measured: 500 in 3.5-9 s on the shared 2-core box (seeds 1-3: 394, 266, 440).
     """
-    summary = train("ppo-cartpole", make_config("ppo-cartpole", {"seed": 0, "total_frames": 20_480}), tmp_path,
+    summary = train("ppo-cartpole", make_config("ppo-cartpole", {"seed": seed(0), "total_frames": 20_480}), tmp_path,
                     progress=False)
     assert summary["eval_return_mean"] >= 150, summary
 
@@ -132,7 +133,7 @@ def test_ppo_cartpole_solves_within_100k_frames(tmp_path):
 
     Measured: 500 (seeds 1 and 2: 500 too) in 30-37 s on the shared, loaded 2-core box.
     """
-    summary = train("ppo-cartpole", make_config("ppo-cartpole", {"seed": 0}), tmp_path, progress=False)
+    summary = train("ppo-cartpole", make_config("ppo-cartpole", {"seed": seed(0)}), tmp_path, progress=False)
     assert summary["frames"] == 100_096  # 391 batches of 256
     assert summary["eval_return_mean"] >= 475, summary
 

@@ -1,7 +1,8 @@
 """ppo-mujoco: CleanRL's continuous-action PPO defaults, and a short Hopper run that learns.
 
-Seed 0. A random policy on Hopper-v5 falls within ~20 steps for a return of about 25 (measured
-below); 20,480 frames of PPO (10 batches) already hops past 150.
+Seed 0, the suite's seed offset added (support.seeds). A random policy on Hopper-v5 falls within
+~20 steps for a return of about 25 (measured below); 20,480 frames of PPO (10 batches) already
+hops past 150.
 """
 
 import json
@@ -13,6 +14,7 @@ from engine_rl.cli import main
 from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.ppo_mujoco import PPOMujocoConfig
 from support.random_play import random_return
+from support.seeds import seed_arg
 
 pytest.importorskip("mujoco")
 
@@ -32,7 +34,7 @@ def test_defaults_are_cleanrls():
 @pytest.mark.slow
 @pytest.mark.ci
 def test_hopper_learns_past_random_play_in_20k_frames(tmp_path, capsys):
-    assert main(["train", "ppo-mujoco", "--frames", "20480", "--seed", "0", "--out", str(tmp_path), "--no-progress",
+    assert main(["train", "ppo-mujoco", "--frames", "20480", "--seed", seed_arg(0), "--out", str(tmp_path), "--no-progress",
                  "--set", "eval_every=5"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["frames"] == 20480 and summary["optim_steps"] == 10 * 10 * 32

@@ -1,5 +1,5 @@
 """ppo-cartpole with env_backend=torch: the batched torch CartPole (engine_rl.envs), evaluated on
-a torch env too. Seeds fixed below."""
+a torch env too. Seeds set below, the suite's seed offset added (support.seeds)."""
 
 import json
 import subprocess
@@ -9,6 +9,7 @@ import torch
 
 from engine_rl.cli import main
 from support.compare import differences, log
+from support.seeds import seed_arg
 
 TORCH = ["--set", "env_backend=torch", "--set", "num_envs=64", "--set", "steps_per_env=16", "--set", "batch_size=256",
          "--set", "num_epochs=10", "--no-progress"]
@@ -20,13 +21,13 @@ def summary_of(capsys):
 
 def test_ppo_solves_torch_cartpole_in_100k_frames(tmp_path, capsys):
     # seed 0: 500 at 100,352 frames (1,024 per batch from 64 copies), about 15 s here
-    assert main(["train", "ppo-cartpole", *TORCH, "--frames", "100000", "--seed", "0", "--out", str(tmp_path)]) == 0
+    assert main(["train", "ppo-cartpole", *TORCH, "--frames", "100000", "--seed", seed_arg(0), "--out", str(tmp_path)]) == 0
     summary = summary_of(capsys)
     assert summary["frames"] == 100352 and summary["eval_return_mean"] == 500.0
 
 
 def test_resume_in_a_new_process_is_bitwise_identical(tmp_path, capsys):
-    args = [*TORCH, "--frames", "8192", "--seed", "3", "--set", "eval_every=2", "--checkpoint-every", "2"]
+    args = [*TORCH, "--frames", "8192", "--seed", seed_arg(3), "--set", "eval_every=2", "--checkpoint-every", "2"]
     assert main(["train", "ppo-cartpole", *args, "--out", str(tmp_path / "straight")]) == 0
     assert main(["train", "ppo-cartpole", *args, "--out", str(tmp_path / "split"), "--until-frames", "4096"]) == 0
     capsys.readouterr()

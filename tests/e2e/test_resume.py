@@ -1,7 +1,6 @@
 """Exact resume: 2N batches straight == N batches, checkpoint, a new process, load, N more (bitwise, CPU).
 
-Seeds: dqn-cartpole 1, ppo-cartpole 2, ppo-mujoco 3, ppo-atari 4, dqn on Dict observations 5 (fixed
-in the arguments below).
+Seeds: 1 to 10, one per case, in the arguments below, the suite's seed offset added (support.seeds).
 """
 
 import dataclasses
@@ -18,46 +17,48 @@ from engine_rl.cli import main
 from engine_rl.recipes import RECIPES
 from engine_rl.recipes.runner import RunError, load_run_config, train
 from support.compare import differences, log
+from support.scores import peaking_at, scored_by_frames
+from support.seeds import seed, seed_arg
 
 
 ARGS = {
     # prioritized replay, a buffer that wraps around, lr schedule, evaluations, best checkpoint
-    "dqn-cartpole": ["--frames", "4096", "--seed", "1", "--set", "learning_starts=512", "--set", "optim_steps_per_batch=16",
+    "dqn-cartpole": ["--frames", "4096", "--seed", seed_arg(1), "--set", "learning_starts=512", "--set", "optim_steps_per_batch=16",
                      "--set", "hidden=(32,32)", "--set", "buffer_size=2048", "--set", "prioritized=true",
                      "--set", "eval_every=4", "--set", "eval_episodes=3", "--set", "num_envs=4", "--checkpoint-every", "4"],
     # observation and reward normalization, minibatches, schedules
-    "ppo-cartpole": ["--frames", "1024", "--seed", "2", "--set", "eval_every=2", "--set", "eval_episodes=2",
+    "ppo-cartpole": ["--frames", "1024", "--seed", seed_arg(2), "--set", "eval_every=2", "--set", "eval_episodes=2",
                      "--set", "num_epochs=4", "--set", "batch_size=64", "--set", "normalize_observations=true",
                      "--set", "normalize_rewards=true", "--checkpoint-every", "1"],
     # MuJoCo physics (mj_getState) mid-episode, observation and reward normalization, one env
-    "ppo-mujoco": ["--frames", "4096", "--seed", "3", "--set", "eval_every=1", "--set", "eval_episodes=1",
+    "ppo-mujoco": ["--frames", "4096", "--seed", seed_arg(3), "--set", "eval_every=1", "--set", "eval_episodes=1",
                    "--set", "num_epochs=2", "--checkpoint-every", "1"],
     # the Atari emulator (ALE cloneState) and frame stacks mid-episode, uint8 frames, clipped rewards
-    "ppo-atari": ["--frames", "1024", "--seed", "4", "--set", "num_envs=2", "--set", "batch_size=128",
+    "ppo-atari": ["--frames", "1024", "--seed", seed_arg(4), "--set", "num_envs=2", "--set", "batch_size=128",
                   "--set", "eval_every=2", "--set", "eval_episodes=1", "--checkpoint-every", "1"],
     # Dict observations (a uint8 camera, a Discrete door, a Box clock) staged and replayed per key,
     # episodes truncated mid-batch, the env's generator mid-episode
-    "dqn-cartpole Dict": ["--frames", "1024", "--seed", "5", "--set", "env_id=support.user_envs:engine_rl_tests/DoorRoom-v0",
+    "dqn-cartpole Dict": ["--frames", "1024", "--seed", seed_arg(5), "--set", "env_id=support.user_envs:engine_rl_tests/DoorRoom-v0",
                           "--set", "learning_starts=256", "--set", "optim_steps_per_batch=2", "--set", "hidden=(16,)",
                           "--set", "buffer_size=512", "--set", "num_envs=2", "--set", "eval_every=2",
                           "--set", "eval_episodes=2", "--checkpoint-every", "2"],
     # the env of a user's make_env, imported back from config.json by the new process
-    "ppo-cartpole make_env": ["--frames", "1024", "--seed", "6", "--set", "make_env=support.user_envs:make_corridor",
+    "ppo-cartpole make_env": ["--frames", "1024", "--seed", seed_arg(6), "--set", "make_env=support.user_envs:make_corridor",
                               "--set", "env_kwargs={'max_episode_steps': 8}",
                               "--set", "eval_every=2", "--set", "eval_episodes=2", "--checkpoint-every", "1"],
     # SAC's actor and critic encoders (one per Dict key) and their targets; warm-up, then updates
-    "sac-pendulum Dict": ["--frames", "600", "--seed", "7", "--set", "env_id=support.user_envs:engine_rl_tests/DictReach-v0",
+    "sac-pendulum Dict": ["--frames", "600", "--seed", seed_arg(7), "--set", "env_id=support.user_envs:engine_rl_tests/DictReach-v0",
                           "--set", "learning_starts=200", "--set", "hidden=(16,)", "--set", "frames_per_batch=100",
                           "--set", "eval_every_frames=200", "--set", "eval_episodes=2", "--checkpoint-every", "1"],
     # the batched torch envs (their state and counter generator) filling a replay
-    "dqn-cartpole torch": ["--frames", "2048", "--seed", "8", "--set", "env_backend=torch", "--set", "learning_starts=512",
+    "dqn-cartpole torch": ["--frames", "2048", "--seed", seed_arg(8), "--set", "env_backend=torch", "--set", "learning_starts=512",
                            "--set", "optim_steps_per_batch=8", "--set", "hidden=(32,)", "--set", "eval_every=2",
                            "--set", "eval_episodes=2", "--checkpoint-every", "2"],
-    "sac-pendulum torch": ["--frames", "600", "--seed", "9", "--set", "env_backend=torch", "--set", "num_envs=4",
+    "sac-pendulum torch": ["--frames", "600", "--seed", seed_arg(9), "--set", "env_backend=torch", "--set", "num_envs=4",
                            "--set", "learning_starts=200", "--set", "hidden=(16,)", "--set", "frames_per_batch=100",
                            "--set", "eval_every_frames=200", "--set", "eval_episodes=2", "--checkpoint-every", "1"],
     # one frame per batch, a train line every 40 frames and at each episode's end (MuJoCo, 50-step episodes)
-    "sac-mujoco log_every": ["--frames", "600", "--seed", "10", "--set", "env_kwargs={'max_episode_steps': 50}",
+    "sac-mujoco log_every": ["--frames", "600", "--seed", seed_arg(10), "--set", "env_kwargs={'max_episode_steps': 50}",
                              "--set", "learning_starts=200", "--set", "hidden=(16,)", "--set", "log_every_frames=40",
                              "--set", "eval_every_frames=200", "--set", "eval_episodes=1", "--checkpoint-every", "100"],
 }
@@ -155,9 +156,9 @@ def test_eval_command_reports_the_last_evaluation_of_the_run(tmp_path, capsys):
     evals = [r["eval_return_mean"] for r in log(tmp_path / "metrics.jsonl") if r["kind"] == "eval"]
     assert score == pytest.approx(max(evals), abs=1e-4)
 
-    assert main(["eval", str(tmp_path), "--episodes", "4", "--seed", "7"]) == 0  # a run folder: its inference.pt
+    assert main(["eval", str(tmp_path), "--episodes", "4", "--seed", seed_arg(7)]) == 0  # a run folder: its inference.pt
     other = json.loads(capsys.readouterr().out)
-    assert (other["episodes"], other["seed"]) == (4, 7)
+    assert (other["episodes"], other["seed"]) == (4, seed(7))
 
     assert main(["eval", summary["checkpoint"]]) == 1
     assert "is a full training checkpoint" in capsys.readouterr().err
@@ -180,16 +181,20 @@ def test_resume_refuses_a_changed_config_and_a_fresh_run_refuses_a_used_folder(t
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["frames"] == 512
 
 
-def test_patience_stops_the_run_early_and_a_resumed_run_stays_stopped(tmp_path, capsys):
-    args = ["--frames", "4096", "--seed", "1", "--set", "learning_starts=512", "--set", "optim_steps_per_batch=16",
+def test_patience_stops_the_run_early_and_a_resumed_run_stays_stopped(tmp_path, capsys, monkeypatch):
+    # the evaluations' score is set (support.scores), not learned: better at each evaluation up to
+    # 1,536 frames, worse at 1,792 and 2,048, the second without improvement with --patience 2
+    monkeypatch.setitem(RECIPES, "dqn-cartpole", scored_by_frames("dqn-cartpole", peaking_at(1536, per=256)))
+    args = ["--frames", "4096", "--seed", seed_arg(1), "--set", "learning_starts=512", "--set", "optim_steps_per_batch=16",
             "--set", "hidden=(32,32)", "--set", "eval_every=1", "--set", "eval_episodes=2", "--set", "num_envs=4",
             "--patience", "2"]
     summary = train_cli("dqn-cartpole", tmp_path, *args, capsys=capsys)
-    evals = [r["eval_return_mean"] for r in log(tmp_path / "metrics.jsonl") if r["kind"] == "eval"]
-    assert summary["stopped_early"] and summary["frames"] < 4096
-    assert len(evals) >= 3 and max(evals[-2:]) <= max(evals[:-2])  # two evaluations without improvement
+    evals = [(r["frames"], r["eval_return_mean"]) for r in log(tmp_path / "metrics.jsonl") if r["kind"] == "eval"]
+    assert evals == [(256 * i, float(min(i, 12 - i))) for i in range(1, 9)]  # 256 frames a batch, each evaluated
+    assert summary["stopped_early"] and summary["frames"] == 2048
+    assert summary["best_checkpoint"].endswith("best_policy_1536_eval_return=6.0000.pt")
     again = train_cli("dqn-cartpole", tmp_path, "--resume", "--patience", "2", capsys=capsys)
-    assert again["stopped_early"] and again["frames"] == summary["frames"]
+    assert again["stopped_early"] and again["frames"] == 2048
 
 
 def test_a_run_saved_before_a_config_field_existed_resumes_while_the_field_keeps_its_default(tmp_path, capsys):

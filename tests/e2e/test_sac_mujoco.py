@@ -7,6 +7,7 @@ import pytest
 from engine_rl.cli import main
 from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.sac_mujoco import SACMujocoConfig
+from support.seeds import seed_arg
 
 pytest.importorskip("mujoco")
 
@@ -22,7 +23,7 @@ def test_defaults_are_rl_zoos():
 
 
 def test_a_short_run_trains_and_evaluates_on_halfcheetah(tmp_path, capsys):
-    assert main(["train", "sac-mujoco", "--frames", "1200", "--seed", "0", "--out", str(tmp_path), "--no-progress",
+    assert main(["train", "sac-mujoco", "--frames", "1200", "--seed", seed_arg(0), "--out", str(tmp_path), "--no-progress",
                  "--set", "learning_starts=1000", "--set", "eval_episodes=1", "--set", "batch_size=64"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["frames"] == 1200 and summary["optim_steps"] == 201 and summary["eval_length_mean"] == 1000.0

@@ -11,6 +11,7 @@ from engine_rl.cli import main
 from engine_rl.precision import AutocastLoss
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config, train
+from support.seeds import seed, seed_arg
 
 
 def _lines(path):
@@ -19,12 +20,12 @@ def _lines(path):
 
 def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["train", "sac-pendulum", "--frames", "300", "--seed", "3", "--out", str(out), "--no-progress",
+    rc = main(["train", "sac-pendulum", "--frames", "300", "--seed", seed_arg(3), "--out", str(out), "--no-progress",
                "--set", "eval_every_frames=150", "--set", "eval_episodes=2", "--set", "frames_per_batch=10",
                "--set", "batch_size=64"])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["frames"] == 300 and summary["seed"] == 3
+    assert summary["frames"] == 300 and summary["seed"] == seed(3)
     assert summary["optim_steps"] == 10 * 21  # batches 10..30 of 10 frames learn (learning_starts=100)
     assert -2000 < summary["eval_return_mean"] < 0
     lines = _lines(out / "metrics.jsonl")
@@ -43,7 +44,7 @@ def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
     assert state["trainer"]["frames"] == 300 and state["trainer"]["optim_steps"] == 210
 
     # the checkpoint restores a freshly built recipe, and policy.pt is the evaluation policy
-    cfg = make_config("sac-pendulum", {"seed": 3, "frames_per_batch": 10, "total_frames": 300})
+    cfg = make_config("sac-pendulum", {"seed": seed(3), "frames_per_batch": 10, "total_frames": 300})
     setup = get_recipe("sac-pendulum").build(cfg)
     Checkpoint.load_objects(setup.to_save, state)
     assert setup.trainer.state.frames == 300 and len(setup.to_save["replay"]) == 300
@@ -78,7 +79,7 @@ def test_errors_name_the_problem(capsys):
 
 
 def test_bfloat16_precision_wraps_the_loss_and_checkpoints_like_float32(tmp_path):
-    overrides = {"seed": 1, "total_frames": 300, "frames_per_batch": 10, "batch_size": 64,
+    overrides = {"seed": seed(1), "total_frames": 300, "frames_per_batch": 10, "batch_size": 64,
                  "eval_every_frames": 300, "eval_episodes": 2}
     low = get_recipe("sac-pendulum").build(make_config("sac-pendulum", {**overrides, "precision": "bfloat16"}))
     full = get_recipe("sac-pendulum").build(make_config("sac-pendulum", overrides))
@@ -114,7 +115,7 @@ def test_recipes_listing_shows_sac_pendulum(capsys):
 def test_sac_pendulum_learns_quickly(tmp_path, precision):
     """Seed 0, 4k frames of the default recipe (and with bfloat16 matmuls): mean deterministic
     return over 10 episodes >= -600 (random play: about -1200; ~60 s and ~40 s here)."""
-    cfg = make_config("sac-pendulum", {"seed": 0, "total_frames": 4_000, "eval_every_frames": 4_000,
+    cfg = make_config("sac-pendulum", {"seed": seed(0), "total_frames": 4_000, "eval_every_frames": 4_000,
                                        "precision": precision})
     summary = train("sac-pendulum", cfg, tmp_path, progress=False)
     assert summary["frames"] == 4_000
@@ -126,7 +127,7 @@ def test_sac_pendulum_learns_quickly(tmp_path, precision):
 def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, precision):
     """Seed 0, default config (20k frames, rl-zoo hyperparameters; and with bfloat16 matmuls):
     mean deterministic return over 10 episodes >= -200 (rl-zoo: -157 +- 89 at 20k)."""
-    cfg = make_config("sac-pendulum", {"seed": 0, "precision": precision})
+    cfg = make_config("sac-pendulum", {"seed": seed(0), "precision": precision})
     summary = train("sac-pendulum", cfg, tmp_path, progress=False)
     assert summary["frames"] == 20_000
     assert summary["eval_return_mean"] >= -200, summary

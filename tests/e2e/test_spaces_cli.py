@@ -2,8 +2,8 @@
 
 Vector Box, uint8 image Box, Discrete and Dict observations (each Dict key through its own
 encoder, or all flattened by ``--set wrappers=FlattenObservation``); Discrete and Box actions; and
-the one-line refusals for spaces an algorithm does not take. Seed 0; each run a few batches, not a
-learning claim.
+the one-line refusals for spaces an algorithm does not take. Seed 0, the suite's seed offset added
+(support.seeds); each run a few batches, not a learning claim.
 """
 
 import json
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from engine_rl.cli import main
+from support.seeds import seed_arg
 
 pytest.importorskip("ale_py")
 
@@ -72,7 +73,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_space_trains_a_few_batches_through_the_cli(case, tmp_path, capsys):
     recipe, *args = CASES[case]
-    code = main(["train", recipe, *args, "--seed", "0", "--out", str(tmp_path), "--no-progress",
+    code = main(["train", recipe, *args, "--seed", seed_arg(0), "--out", str(tmp_path), "--no-progress",
                  "--set", "eval_episodes=2"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -118,7 +119,7 @@ def test_a_space_or_name_the_recipe_cannot_take_is_one_line(args, message, tmp_p
 
 def test_a_users_env_module_registers_its_env_on_the_command_line(tmp_path, capsys):
     code = main(["train", "ppo-cartpole", "--set", "env_id=support.user_envs:engine_rl_tests/Corridor-v0",
-                 "--frames", "1024", "--seed", "0", "--out", str(tmp_path), "--no-progress", "--set", "eval_episodes=2"])
+                 "--frames", "1024", "--seed", seed_arg(0), "--out", str(tmp_path), "--no-progress", "--set", "eval_episodes=2"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert json.loads(captured.out.strip().splitlines()[-1])["frames"] == 1024

@@ -6,6 +6,7 @@ import pytest
 
 from engine_rl.cli import main
 from engine_rl.recipes.td3_mujoco import TD3MujocoConfig
+from support.seeds import seed_arg
 
 pytest.importorskip("mujoco")
 
@@ -21,7 +22,7 @@ def test_defaults_are_rl_zoos():
 
 
 def test_a_short_run_trains_evaluates_and_resumes_bitwise_on_halfcheetah(tmp_path, capsys):
-    args = ["--frames", "1200", "--seed", "0", "--no-progress", "--set", "learning_starts=1000", "--set", "eval_episodes=1",
+    args = ["--frames", "1200", "--seed", seed_arg(0), "--no-progress", "--set", "learning_starts=1000", "--set", "eval_episodes=1",
             "--set", "batch_size=64", "--set", "hidden=(32,32)", "--set", "frames_per_batch=100", "--checkpoint-every", "1"]
     assert main(["train", "td3-mujoco", "--out", str(tmp_path / "a"), *args]) == 0
     straight = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -11,6 +11,7 @@ from engine_rl.events import RLEvents
 from engine_rl.precision import AutocastLoss
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import make_config, train
+from support.seeds import seed, seed_arg
 
 SHORT = ["--set", "learning_starts=200", "--set", "frames_per_batch=50", "--set", "eval_every_frames=200",
          "--set", "eval_episodes=2", "--set", "batch_size=64", "--set", "hidden=32,32"]
@@ -22,7 +23,7 @@ def _lines(path):
 
 def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["train", "td3-pendulum", "--frames", "400", "--seed", "3", "--out", str(out), "--no-progress", *SHORT])
+    rc = main(["train", "td3-pendulum", "--frames", "400", "--seed", seed_arg(3), "--out", str(out), "--no-progress", *SHORT])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["frames"] == 400 and summary["optim_steps"] == 50 * 5  # batches 4..8 of 50 frames learn
@@ -40,7 +41,7 @@ def test_cli_short_run_writes_metrics_checkpoints_summary(tmp_path, capsys):
     assert all(int(s["step"]) == 125 for s in state["actor_optimizer"]["state"].values())
     assert all(int(s["step"]) == 250 for s in state["critic_optimizer"]["state"].values())
 
-    cfg = make_config("td3-pendulum", {"seed": 3, "total_frames": 400, "learning_starts": 200,
+    cfg = make_config("td3-pendulum", {"seed": seed(3), "total_frames": 400, "learning_starts": 200,
                                        "frames_per_batch": 50, "hidden": (32, 32)})
     setup = get_recipe("td3-pendulum").build(cfg)
     Checkpoint.load_objects(setup.to_save, state)
@@ -119,7 +120,7 @@ def test_td3_pendulum_learns_quickly(tmp_path):
     """CI bar: seed 0, the default config cut to 14k frames (4k gradient steps after the 10k random
     ones; about 1 min here; seed 0 reaches about -150): mean deterministic return over 10 episodes
     >= -600 (random play: about -1200 to -1500)."""
-    summary = train("td3-pendulum", make_config("td3-pendulum", {"seed": 0, "total_frames": 14_000}), tmp_path,
+    summary = train("td3-pendulum", make_config("td3-pendulum", {"seed": seed(0), "total_frames": 14_000}), tmp_path,
                     progress=False)
     assert summary["frames"] == 14_000
     assert summary["eval_return_mean"] >= -600, summary
@@ -129,6 +130,6 @@ def test_td3_pendulum_learns_quickly(tmp_path):
 def test_td3_pendulum_learns_within_20k_frames(tmp_path):
     """Seed 0, default config (20k frames, rl-zoo hyperparameters): >= -200, SAC's bar in issue 3
     (the README's table has every seed measured)."""
-    summary = train("td3-pendulum", make_config("td3-pendulum", {"seed": 0}), tmp_path, progress=False)
+    summary = train("td3-pendulum", make_config("td3-pendulum", {"seed": seed(0)}), tmp_path, progress=False)
     assert summary["frames"] == 20_000
     assert summary["eval_return_mean"] >= -200, summary

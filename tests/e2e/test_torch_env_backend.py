@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine_rl.cli import main
+from support.seeds import seed_arg
 
 
 def summary_of(capsys):
@@ -17,7 +18,7 @@ def summary_of(capsys):
 @pytest.mark.slow
 def test_dqn_solves_torch_cartpole_with_the_recipe_defaults(tmp_path, capsys):
     # seed 0: 500 at 50,176 frames, about 80 s here (the gymnasium CartPole row of the README: 500 on 9 of 10 seeds)
-    assert main(["train", "dqn-cartpole", "--set", "env_backend=torch", "--seed", "0", "--no-progress",
+    assert main(["train", "dqn-cartpole", "--set", "env_backend=torch", "--seed", seed_arg(0), "--no-progress",
                  "--out", str(tmp_path)]) == 0
     assert summary_of(capsys)["eval_return_mean"] == 500.0
 

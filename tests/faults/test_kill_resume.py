@@ -1,15 +1,25 @@
 """The fault-injection script runs and reports: one killed dqn-cartpole run resumes to the
-straight run's final checkpoint (the full figures, 20 trials per recipe, are in the README)."""
+straight run's final checkpoint (the full figures, 20 trials per recipe, are in the README).
+The recipes' seeds and the kill times' seed are shifted by the suite's seed offset."""
 
 import json
 
 import pytest
 
 from faults import kill_resume
+from support.seeds import seed_arg, shift_seed_args
+
+
+@pytest.fixture(autouse=True)
+def shifted_seeds(monkeypatch):
+    """The script's runs on the recipes' seeds plus the suite's seed offset (``support.seeds``)."""
+    for recipe, args in list(kill_resume.ARGS.items()):
+        monkeypatch.setitem(kill_resume.ARGS, recipe, shift_seed_args(args))
 
 
 def test_one_trial_resumes_and_matches_the_straight_run(capsys, tmp_path):
-    assert kill_resume.main(["--recipes", "dqn-cartpole", "--trials", "1", "--keep", str(tmp_path)]) == 0
+    assert kill_resume.main(["--recipes", "dqn-cartpole", "--trials", "1", "--seed", seed_arg(0),
+                             "--keep", str(tmp_path)]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["recipe"] for r in rows] == ["dqn-cartpole", "all"]
     row = rows[0]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from support.seeds import seed_arg
+
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 EXPECTED = ["01_quickstart_dqn.ipynb", "02_custom_handlers.ipynb", "03_ppo_checkpoints_dashboard.ipynb"]
@@ -165,7 +167,7 @@ def test_runs_top_to_bottom(path, tmp_path, monkeypatch):
     pytest.importorskip("ipykernel", reason="the [notebooks] extra is not installed (.ci/install installs it)")
 
     monkeypatch.setenv("ENGINE_RL_NB_FRAMES", str(TEST_FRAMES.get(path.stem, DEFAULT_TEST_FRAMES)))
-    monkeypatch.setenv("ENGINE_RL_NB_SEED", "0")
+    monkeypatch.setenv("ENGINE_RL_NB_SEED", seed_arg(0))  # 0 plus the suite's seed offset
     monkeypatch.setenv("ENGINE_RL_NB_OUT", str(tmp_path / "out"))
     monkeypatch.setenv("ENGINE_RL_NB_PROGRESS", "1")  # cheap, and shows the bars render
     nb = nbformat.read(path, as_version=4)

@@ -32,6 +32,7 @@ from engine_rl.exploration import EpsilonGreedy
 from engine_rl.recipes.base import RECIPES, get_recipe
 from engine_rl.replay import ReplayBuffer, SharedReplayBuffer
 from handlers import ReplaySampler, Throughput, WeightSync
+from support.seeds import seed
 
 CARTPOLE = partial(make_vec_env, "CartPole-v1", 2)
 
@@ -391,8 +392,9 @@ def test_dqn_cartpole_async_learns():
     """Async DQN (seed 0, default config) reaches an eval return >= 200 within 90 s on the 2-core box."""
     from engine_rl.recipes.runner import make_config
 
-    torch.manual_seed(0)
-    setup = get_recipe("dqn-cartpole").build(make_config("dqn-cartpole", {"async_collection": True, "eval_every": 4}))
+    torch.manual_seed(seed(0))
+    setup = get_recipe("dqn-cartpole").build(make_config("dqn-cartpole", {"async_collection": True, "eval_every": 4,
+                                                                          "seed": seed(0)}))
     trainer, reached = setup.trainer, {}
     Throughput().attach(trainer)
 
