@@ -18,13 +18,10 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import logging
 import sys
-import warnings
 
-from engine_rl.commands import COMMANDS, fail
+from engine_rl.commands import COMMANDS, fail, one_line_output
 
 __all__ = ["main", "build_parser"]
 
@@ -53,44 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
-    """Python warnings as one line, ``engine-rl: warning: <category>: <message>``."""
-    text = " ".join(str(message).split())
-    print(f"engine-rl: warning: {category.__name__}: {text}", file=file or sys.stderr, flush=True)
-
-
-_SPAWN_LOGGERS = ("ignite.distributed.launcher.Parallel", "torch.multiprocessing.spawn")
-"""Loggers with their own level (set when ``--nproc`` spawns): "spawning 2 processes", "terminating process 123"."""
-
-
-def _below_critical(record: logging.LogRecord) -> bool:
-    return record.levelno >= logging.CRITICAL
-
-
-@contextlib.contextmanager
-def _library_logs(*, shown: bool):
-    """Ignite's log lines and ``--nproc``'s process-spawning lines, hidden unless ``shown`` (restored after).
-
-    ``ignite`` gets a level that its child loggers inherit; the spawning loggers set their own
-    level when they are made, so a filter drops their records instead.
-    """
-    if shown:
-        yield
-        return
-    logger = logging.getLogger("ignite")
-    before = logger.level
-    spawn_loggers = [logging.getLogger(name) for name in _SPAWN_LOGGERS]
-    logger.setLevel(logging.CRITICAL)
-    for spawn_logger in spawn_loggers:
-        spawn_logger.addFilter(_below_critical)
-    try:
-        yield
-    finally:
-        logger.setLevel(before)
-        for spawn_logger in spawn_loggers:
-            spawn_logger.removeFilter(_below_critical)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run ``engine-rl`` with ``argv``; return the exit status (0 ok, 2 bad input, 1 failed run)."""
     try:
@@ -98,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, or a usage error already printed as one line
         return exit_.code if isinstance(exit_.code, int) else 0
     try:
-        with warnings.catch_warnings(), _library_logs(shown=args.debug):
-            warnings.showwarning = _show_warning
+        with one_line_output(debug=args.debug):
             return _command(args.command).run(args)
     except KeyboardInterrupt:
         if args.debug:

@@ -7,9 +7,13 @@ lets the exception reach :func:`engine_rl.cli.main`, which does the same.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
+import warnings
+from collections.abc import Iterator
 
-__all__ = ["COMMANDS", "fail", "one_line"]
+__all__ = ["COMMANDS", "fail", "one_line", "one_line_output"]
 
 COMMANDS = ("train", "eval", "recipes", "dashboard")
 
@@ -63,3 +67,52 @@ def fail(err: BaseException, status: int | None = None, *, debug: bool = False, 
     hint = "" if _expected(err) else " (--debug shows the traceback)"
     print(f"engine-rl: error{who}: {one_line(err)}{hint}", file=sys.stderr, flush=True)
     return status
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """Python warnings as one line, ``engine-rl: warning: <category>: <message>``."""
+    text = " ".join(str(message).split())
+    print(f"engine-rl: warning: {category.__name__}: {text}", file=file or sys.stderr, flush=True)
+
+
+_SPAWN_LOGGERS = ("ignite.distributed.launcher.Parallel", "torch.multiprocessing.spawn")
+"""Loggers with their own level (set when ``--nproc`` spawns): "spawning 2 processes", "terminating process 123"."""
+
+
+def _below_critical(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.CRITICAL
+
+
+@contextlib.contextmanager
+def _library_logs(*, shown: bool):
+    """Ignite's log lines and ``--nproc``'s process-spawning lines, hidden unless ``shown`` (restored after).
+
+    ``ignite`` gets a level that its child loggers inherit; the spawning loggers set their own
+    level when they are made, so a filter drops their records instead.
+    """
+    if shown:
+        yield
+        return
+    logger = logging.getLogger("ignite")
+    before = logger.level
+    spawn_loggers = [logging.getLogger(name) for name in _SPAWN_LOGGERS]
+    logger.setLevel(logging.CRITICAL)
+    for spawn_logger in spawn_loggers:
+        spawn_logger.addFilter(_below_critical)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+        for spawn_logger in spawn_loggers:
+            spawn_logger.removeFilter(_below_critical)
+
+
+@contextlib.contextmanager
+def one_line_output(*, debug: bool) -> Iterator[None]:
+    """While the block runs, Python warnings print as one line each (``engine-rl: warning: ...``)
+    and library log lines are hidden unless ``debug``: in ``engine-rl`` itself and in each process
+    that ``--nproc`` spawns (a spawned process starts with Python's defaults)."""
+    with warnings.catch_warnings(), _library_logs(shown=debug):
+        warnings.showwarning = _show_warning
+        yield
+

@@ -32,9 +32,10 @@ from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
 from engine_rl.checkpoint import latest_checkpoint
 from engine_rl.collectors import EnvError
-from engine_rl.commands import fail, one_line
+from engine_rl.commands import fail, one_line, one_line_output
 from engine_rl.device import config_devices
 from engine_rl.distributed import launched_externally, run_parallel
+from engine_rl.finite import NonFiniteElsewhere
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.runner import RunError, load_run_config, make_config, train
 
@@ -215,6 +216,10 @@ def _train_and_report(job: dict) -> int:
         if idist.get_local_rank() == 0:
             fail(err, 2, who=who if rank else "")
         return 2
+    except NonFiniteElsewhere:  # another rank found the NaN and prints the run's one error line
+        if job["debug"]:
+            raise
+        return 1
     except EnvError as err:
         if job["debug"]:
             raise
@@ -232,6 +237,13 @@ def _train_and_report(job: dict) -> int:
 def _worker(local_rank: int, job: dict) -> None:
     """One process of ``--nproc``/``torchrun`` training; a failure exits with its status, which
     stops the other processes."""
-    status = _train_and_report(job)
+    with one_line_output(debug=job["debug"]):  # as in engine-rl's own process
+        status = _train_and_report(job)
     if status:
+        # Leave the process group first: a process that exits holding it can abort in torch's C++
+        # teardown ('terminate called without an active exception', SIGABRT; rank 0, which hosts
+        # the rendezvous store, in 2 of 15 tries here), and the launcher then reports whichever
+        # process it sees exit first: status 1 for the abort, or this one.
+        with contextlib.suppress(Exception):
+            idist.finalize()
         raise SystemExit(status)
