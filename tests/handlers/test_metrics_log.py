@@ -131,3 +131,80 @@ def test_episode_ends_can_be_left_out(tmp_path):
     trainer.run(max_epochs=1)
     lines = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in lines] == [4, 8]
+
+
+# -- one writer per file ---------------------------------------------------------------------------
+def _lines(path):
+    return [(r["kind"], r["iteration"]) for r in map(json.loads, path.read_text().splitlines())]
+
+
+def test_a_second_logger_on_the_same_file_and_engine_is_refused_and_lines_are_written_once(tmp_path):
+    trainer = _trainer(2)
+    path = tmp_path / "m.jsonl"
+    MetricsLogger(path).attach(trainer)
+    (tmp_path / "link").symlink_to(tmp_path)
+    same = tmp_path / "link" / "m.jsonl"  # the same file, by another name
+    with pytest.raises(ValueError, match=rf"^MetricsLogger\.attach: another MetricsLogger attached to this engine "
+                                         rf"writes {same} \(every line would be written twice\); attach one logger "
+                                         rf"per file, or give this one another path$"):
+        MetricsLogger(same).attach(trainer, every=2)
+    MetricsLogger(tmp_path / "other.jsonl").attach(trainer)  # another file: fine
+    trainer.run(max_epochs=1)
+    assert _lines(path) == [("train", 1), ("train", 2)]
+
+
+def test_a_run_going_on_keeps_its_file_until_it_ends(tmp_path):
+    path = tmp_path / "m.jsonl"
+    first, second = _trainer(3), _trainer(2)
+    MetricsLogger(path).attach(first)
+    late = MetricsLogger(path)
+    refusals = []
+
+    def attach_during_the_run(engine):
+        if engine.state.iteration == 1:
+            with pytest.raises(ValueError, match=rf"^MetricsLogger\.attach: {path} is written by a MetricsLogger whose "
+                                                 r"engine is running \(the two runs' lines would mix\)"):
+                late.attach(second)
+            refusals.append(1)
+
+    first.add_event_handler(Events.ITERATION_COMPLETED, attach_during_the_run)
+    early = _trainer(2)
+    MetricsLogger(path).attach(early)  # attached before that run: it may not start inside it
+
+    def start_inside(engine):
+        if engine.state.iteration == 2:
+            with pytest.raises(ValueError, match=rf"^MetricsLogger: {path} is written by a MetricsLogger whose engine "
+                                                 r"is running"):
+                early.run(max_epochs=1)
+            refusals.append(2)
+
+    first.add_event_handler(Events.ITERATION_COMPLETED, start_inside)
+    first.run(max_epochs=1)
+    assert refusals == [1, 2] and _lines(path) == [("train", 1), ("train", 2), ("train", 3)]
+
+
+@pytest.mark.parametrize("end", ["completed", "paused", "raised", "never started"])
+def test_a_new_trainer_continues_the_file_once_the_first_run_has_ended(tmp_path, end):
+    """A notebook: a trainer's run ends (or is stopped, or raises), a new trainer logs on to the same file."""
+    path = tmp_path / "m.jsonl"
+    first = _trainer(3)
+    logger = MetricsLogger(path).attach(first)
+
+    def stop(engine):
+        if engine.state.iteration == 2 and end == "paused":
+            engine.terminate(skip_completed=True)
+        if engine.state.iteration == 2 and end == "raised":
+            raise KeyboardInterrupt  # a notebook's interrupt button
+
+    first.add_event_handler(Events.ITERATION_COMPLETED, stop)
+    if end != "never started":
+        try:
+            first.run(max_epochs=1)
+        except KeyboardInterrupt:
+            pass
+    second = _trainer(2)
+    MetricsLogger(path).attach(second)
+    second.run(max_epochs=1)
+    ran = {"completed": 3, "paused": 2, "raised": 2, "never started": 0}[end]
+    assert _lines(path) == [("train", i) for i in range(1, ran + 1)] + [("train", 1), ("train", 2)]
+    assert logger is not None  # the first logger is alive (and attached) throughout
