@@ -93,7 +93,8 @@ def metrics_series(path: str | os.PathLike, *, who: str = "replay_metrics") -> S
             if err.start < len(head) - 3:  # not a character cut at the end of the head
                 raise ValueError(f"{who}: {file} is not a run's metrics.jsonl: it is not text "
                                  f"(byte {head[err.start]:#04x} at offset {err.start})") from None
-        raise ValueError(f"{who}: {file} is not a run's metrics.jsonl: none of its lines is a JSON object with 'frames'")
+        raise ValueError(f"{who}: {file} is not a run's metrics.jsonl: none of its lines is a JSON object with "
+                         "'frames'")
     return series
 
 
