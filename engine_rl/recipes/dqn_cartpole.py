@@ -237,8 +237,7 @@ def build_dqn(cfg: DQNConfig) -> Setup:
             "actions (use a continuous-control algorithm such as SAC)"
         )
     num_actions = int(action_space.n)
-    check_sizes(cfg, observation_space, action_space, device=device, networks=1, target=True,
-                replay_rows=cfg.buffer_size, replay_device=replay_device)
+    check_sizes(cfg, observation_space, action_space, device=device, networks=1, target=True)
     # pixels: the Nature CNN, then the MLP head; a Dict: an encoder per key (engine_rl.algos.encoders)
     encoder = make_encoder(observation_space, owner=f"dqn ({env_label(cfg)})")
     if encoder is not None:
@@ -260,14 +259,15 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         if cfg.prioritized
         else UniformSampler()
     )
+    replay_label = f"{type(cfg).__name__}: buffer_size"  # what a replay too large for the memory names
     if cfg.async_collection:  # the worker builds its own env copies and writes the buffer (shared memory)
-        buffer = SharedReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed)
+        buffer = SharedReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed, capacity_label=replay_label)
         env_fn = partial(recipe_vec_env, cfg, cfg.num_envs)
         collector = AsyncCollector(env_fn, explore, frames_per_batch=cfg.frames_per_batch, buffer=buffer, seed=cfg.seed,
                                    info_keys=cfg.info_keys)
     else:
         buffer = ReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed, device=replay_device,
-                              storage=cfg.replay_storage)
+                              storage=cfg.replay_storage, capacity_label=replay_label)
         env = recipe_env(cfg, cfg.num_envs, device)
         collector = recipe_collector(cfg, env, explore, device=device, storing_device=replay_device)
 

@@ -1,9 +1,11 @@
-"""What a recipe's build checks of its sizes before it allocates: the batch, the replay and the networks.
+"""What a recipe's build checks of its sizes before it allocates: the batch and the networks.
 
 Each recipe's build calls :func:`check_sizes` once it knows its env's spaces and its devices, before
 it makes its env copies or networks: a size the machine cannot hold is one ``ValueError`` naming
 the field (:func:`engine_rl.memory.check_fits`), and a build that will work but stay silent for
-long says so first in one line on stderr (:func:`announce_long_batches`).
+long says so first in one line on stderr (:func:`announce_long_batches`). The replay, allocated
+when the first batch comes, checks itself then (:class:`~engine_rl.replay.ReplayBuffer`'s
+``capacity_label`` names the field).
 
 Examples:
     >>> import gymnasium as gym
@@ -67,24 +69,21 @@ def check_sizes(
     device: torch.device | str,
     networks: int,
     target: bool,
-    replay_rows: int | None = None,
-    replay_device: torch.device | str | None = None,
     limit: tuple[int | None, str] | None = None,
 ) -> None:
-    """Refuse a config whose batch, replay or networks need more memory than the machine (or the
-    CUDA device they live on) has: a ``ValueError`` naming the field, checked in that order; then
-    :func:`announce_long_batches`.
+    """Refuse a config whose batch or networks need more memory than the machine (or the CUDA
+    device they live on) has: a ``ValueError`` naming the field, checked in that order; then
+    :func:`announce_long_batches`. (A replay is checked by its storage when its first rows fix
+    their size: it allocates nothing before, so an evaluation never pays for it.)
 
     Args:
         cfg: the recipe's config (``num_envs``, ``frames_per_batch``, ``hidden``, ``batch_size``,
-            ``wrappers``, ``env_backend``; ``buffer_size`` and ``replay_storage`` with a replay).
+            ``wrappers``, ``env_backend``).
         observation_space, action_space: one env copy's.
         device: where the networks and updates live (and a torch env's batches).
         networks: MLPs of widths ``cfg.hidden`` trained on ``batch_size`` rows (DQN 1, PPO 2: actor
             and critic, SAC and TD3 3: actor and two critics).
         target: the networks have target copies.
-        replay_rows: rows of the replay (None: no replay); memory-mapped rows are on disk, not checked.
-        replay_device: where replay rows live.
         limit: ``(bytes, how to say it)`` instead of each device's memory (tests).
     """
     owner = type(cfg).__name__
@@ -92,16 +91,13 @@ def check_sizes(
     wrappers = tuple(getattr(cfg, "wrappers", ()))
     shaped = f": observations of {_shape(observation_space)} after wrappers {', '.join(wrappers)}" if wrappers else ""
     setting, fix = _batch_setting(cfg)
+    if wrappers:
+        fix += " or the observations the wrappers make"
     check_fits(
         frame * cfg.frames_per_batch, owner=owner, setting=setting, what="to collect a batch",
-        each=f"{format_bytes(frame)} a frame{shaped}", fix=fix + (" or what the wrappers make" if wrappers else ""),
-        device=device if cfg.env_backend == "torch" else "cpu", limit=limit,
+        each=f"{format_bytes(frame)} a frame{shaped}", fix=fix, device=device if cfg.env_backend == "torch" else "cpu",
+        limit=limit,
     )
-    if replay_rows is not None and getattr(cfg, "replay_storage", "memory") == "memory":
-        check_fits(
-            frame * replay_rows, owner=owner, setting=f"buffer_size={cfg.buffer_size}", what="of replay",
-            each=f"{format_bytes(frame)} a transition{shaped}", device=replay_device or device, limit=limit,
-        )
     vector = isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1
     inputs = int(observation_space.shape[0]) if vector else ENCODER_FEATURES
     parameters = mlp_parameters(inputs, gym.spaces.flatdim(action_space), cfg.hidden)

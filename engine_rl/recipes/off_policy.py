@@ -200,7 +200,9 @@ def build_off_policy(
     and attaches its target-network updaters to the returned ``Setup.trainer``.
     """
     device, replay_device = config_devices(cfg)
-    buffer = ReplayBuffer(min(cfg.buffer_size, cfg.total_frames), seed=cfg.seed, device=replay_device)
+    rows = min(cfg.buffer_size, cfg.total_frames)  # a too large replay names the field that set its rows
+    buffer = ReplayBuffer(rows, seed=cfg.seed, device=replay_device, capacity_label=f"{type(cfg).__name__}: "
+                          f"{'buffer_size' if cfg.buffer_size <= cfg.total_frames else 'total_frames'}")
     dtype = compute_dtype(cfg.precision, owner=type(cfg).__name__, device=device)
     trained_loss = loss if dtype is None else AutocastLoss(loss, dtype)
     trainer = create_trainer(

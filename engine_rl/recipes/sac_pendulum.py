@@ -70,8 +70,7 @@ def build_sac(cfg: SACConfig) -> Setup:
     torch.manual_seed(cfg.seed)
     device, replay_device = config_devices(cfg)
     observation_space, space = box_spaces(cfg, algo="sac")
-    check_sizes(cfg, observation_space, space, device=device, networks=3, target=True,
-                replay_rows=min(cfg.buffer_size, cfg.total_frames), replay_device=replay_device)
+    check_sizes(cfg, observation_space, space, device=device, networks=3, target=True)
     # 1-D Box: no encoder; images: a Nature CNN, a Dict: an encoder per key (engine_rl.algos.encoders),
     # one for the actor and one the critics share, each trained by its own loss
     actor_encoder, critic_encoder = observation_encoders(cfg, observation_space, algo="sac")

@@ -41,6 +41,9 @@ class ReplayBuffer:
         memmap_dir: folder for the memmap files; a temporary folder removed with the buffer if None.
         seed: seed of the buffer's own ``torch.Generator`` (its state is in :meth:`state_dict`);
             if None, the seed is drawn from torch's global generator.
+        capacity_label: how a refusal names the capacity when the rows need more memory than
+            ``device`` has (checked when the first rows fix the row size): ``"OWNER: FIELD"``,
+            e.g. a recipe's ``"DQNConfig: buffer_size"``.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -69,6 +72,7 @@ class ReplayBuffer:
         storage: str = "memory",
         memmap_dir: str | Path | None = None,
         seed: int | None = None,
+        capacity_label: str = "ReplayBuffer: capacity",
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity <= 0:
             raise ValueError(f"ReplayBuffer: capacity must be a positive int, got {capacity!r}")
@@ -81,7 +85,8 @@ class ReplayBuffer:
             raise ValueError(f"ReplayBuffer: seed must be an int or None, got {seed!r}")
         self._device = torch.device(device)
         self._storage = TensorStorage(
-            capacity, device=self._device, memmap=storage == "memmap", memmap_dir=memmap_dir, name="ReplayBuffer"
+            capacity, device=self._device, memmap=storage == "memmap", memmap_dir=memmap_dir, name="ReplayBuffer",
+            capacity_label=capacity_label,
         )
         self._sampler: Sampler = UniformSampler() if sampler is None else sampler
         self._sampler.bind(capacity)

@@ -133,6 +133,7 @@ class SharedReplayBuffer(ReplayBuffer):
         sampler: a :class:`~engine_rl.replay.UniformSampler` (default) or
             :class:`~engine_rl.replay.PrioritizedSampler`.
         seed: seed of the buffer's sampling generator.
+        capacity_label: see :class:`~engine_rl.replay.ReplayBuffer`.
 
     Examples:
         >>> buffer = SharedReplayBuffer(4, seed=0)
@@ -147,8 +148,11 @@ class SharedReplayBuffer(ReplayBuffer):
         [0.0, 1.0, 2.0]
     """
 
-    def __init__(self, capacity: int = 100_000, *, sampler: Sampler | None = None, seed: int | None = None) -> None:
-        super().__init__(capacity, sampler=sampler, seed=seed)
+    def __init__(
+        self, capacity: int = 100_000, *, sampler: Sampler | None = None, seed: int | None = None,
+        capacity_label: str = "SharedReplayBuffer: capacity",
+    ) -> None:
+        super().__init__(capacity, sampler=sampler, seed=seed, capacity_label=capacity_label)
         self._counters = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()
         self._counters_np = self._counters.numpy()
         self._committed = 0  # rows of the current writer already counted in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 import tempfile
 from collections.abc import Mapping
@@ -12,6 +13,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from engine_rl.keys import flatten_keys, format_key, nest_keys
+from engine_rl.memory import check_fits, format_bytes
 
 __all__ = ["TensorStorage", "batch_rows"]
 
@@ -40,7 +42,9 @@ class TensorStorage:
 
     Nothing is allocated until the first :meth:`extend` (or :meth:`load_state_dict`), which fixes
     the keys, row shapes and dtypes; later writes must match them exactly. When full, the oldest
-    rows are overwritten first.
+    rows are overwritten first. In-memory rows that need more than the device has are a
+    ``ValueError`` naming ``capacity_label`` before anything is allocated
+    (:func:`engine_rl.memory.check_fits`).
 
     Args:
         capacity: number of rows.
@@ -51,6 +55,8 @@ class TensorStorage:
             reopens them) instead of RAM.
         memmap_dir: folder for those files; a temporary folder, removed with the storage, if None.
         name: how error messages name the owner (e.g. ``"ReplayBuffer"``).
+        capacity_label: how a refusal for memory names the capacity, ``"OWNER: FIELD"`` (a recipe's
+            ``"DQNConfig: buffer_size"``); default ``"<name>: capacity"``.
 
     Examples:
         >>> storage = TensorStorage(3)
@@ -70,10 +76,12 @@ class TensorStorage:
         memmap: bool = False,
         memmap_dir: str | Path | None = None,
         name: str = "TensorStorage",
+        capacity_label: str | None = None,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity <= 0:
             raise ValueError(f"{name}: capacity must be a positive int, got {capacity!r}")
         self._name = name
+        self._capacity_label = capacity_label or f"{name}: capacity"
         self._capacity = int(capacity)
         self._device = torch.device(device)
         self._memmap = memmap
@@ -135,6 +143,10 @@ class TensorStorage:
             # plain-tensor views of the same memory: cheaper indexing than the MemoryMappedTensor subclass
             self._data = {key: self._memmap_td.get(key).as_subclass(torch.Tensor) for key in rows}
         else:
+            row_bytes = sum(math.prod(row.shape[1:]) * row.element_size() for row in rows.values())
+            owner, _, field = self._capacity_label.rpartition(": ")
+            check_fits(self._capacity * row_bytes, owner=owner, setting=f"{field}={self._capacity}", what="of replay",
+                       each=f"{format_bytes(row_bytes)} a row", device=storage_device)
             self._data = {
                 key: torch.zeros((self._capacity, *row.shape[1:]), dtype=row.dtype, device=storage_device)
                 for key, row in rows.items()

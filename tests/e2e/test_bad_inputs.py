@@ -30,7 +30,7 @@ CONFIG_JSON = '{\n  "recipe": "dqn-cartpole",\n  "seed": 0\n}\n'
 # (id, argv, exit status, stderr); {tmp} is the test's folder, which also holds the files below
 ROWS = [
     ("buffer_size=1e12", ["train", "dqn-cartpole", "--set", "buffer_size=1e12", *CPU], 2,
-     f"engine-rl: error: DQNConfig: buffer_size=1000000000000 needs about 53.7 TiB of replay (59 bytes a transition) "
+     f"engine-rl: error: DQNConfig: buffer_size=1000000000000 needs about 53.7 TiB of replay (59 bytes a row) "
      f"{MACHINE}; lower buffer_size\n"),
     ("frames_per_batch=2**40", ["train", "dqn-cartpole", "--set", f"frames_per_batch={2**40}", "--set", "num_envs=1",
                                 *CPU], 2,
@@ -55,7 +55,7 @@ ROWS = [
      ["train", "dqn-cartpole", "--set", "wrappers=FrameStackObservation(stack_size=10000000)", *CPU], 2,
      "engine-rl: error: DQNConfig: frames_per_batch=256 needs about 76.3 GiB to collect a batch (305.2 MiB a frame: "
      "observations of shape (10000000, 4) float32 after wrappers FrameStackObservation(stack_size=10000000)) "
-     f"{MACHINE}; lower frames_per_batch or what the wrappers make\n"),
+     f"{MACHINE}; lower frames_per_batch or the observations the wrappers make\n"),
     ("FrameStackObservation(stack_size=10**9)",  # the wrapper's own space takes 14.9 GiB: numpy's MemoryError
      ["train", "dqn-cartpole", "--set", "wrappers=FrameStackObservation(stack_size=1000000000)", *CPU], 2,
      "engine-rl: error: DQNConfig: wrappers entry 'FrameStackObservation(stack_size=1000000000)' runs out of memory "

@@ -5,7 +5,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from engine_rl.replay import TensorStorage
+from engine_rl import memory
+from engine_rl.replay import ReplayBuffer, SharedReplayBuffer, TensorStorage
 from engine_rl.replay.storage import batch_rows, flatten_keys, nest_keys
 
 
@@ -194,6 +195,26 @@ def test_share_memory_and_check_rows_refuse_what_they_cannot_do(tmp_path):
         mapped.check_rows({("y",): torch.zeros(1, 1)}, where="probe")
     with pytest.raises(ValueError, match="TensorStorage.probe: nothing allocated yet"):
         TensorStorage(2).check_rows({("y",): torch.zeros(1, 1)}, where="probe")
+
+
+def test_rows_that_need_more_memory_than_there_is_are_refused_before_allocating(monkeypatch):
+    monkeypatch.setattr(memory, "total_memory", lambda: 4 * 2**30)
+    row = {("observation",): torch.zeros(1, 4), ("action",): torch.zeros(1, dtype=torch.int64)}  # 24 bytes a row
+    storage = TensorStorage(10**12)
+    with pytest.raises(ValueError) as err:
+        storage.extend(row)
+    assert str(err.value) == ("TensorStorage: capacity=1000000000000 needs about 21.8 TiB of replay (24 bytes a row) "
+                              "but this machine has 4.0 GiB of memory; lower capacity")
+    assert storage.data == {} and len(storage) == 0  # nothing allocated; the first rows may come again
+    batch = TensorDict({"observation": torch.zeros(2, 4)}, [2])
+    for buffer in (ReplayBuffer(10**12, capacity_label="DQNConfig: buffer_size"),
+                   SharedReplayBuffer(10**12, capacity_label="DQNConfig: buffer_size")):
+        with pytest.raises(ValueError, match=r"^DQNConfig: buffer_size=1000000000000 needs about 14.6 TiB of replay "
+                                             r"\(16 bytes a row\) but this machine has 4.0 GiB of memory; lower buffer_size$"):
+            buffer.extend(batch)
+    mapped = TensorStorage(2**20, memmap=True)  # rows on disk: not memory
+    monkeypatch.setattr(memory, "total_memory", lambda: 2**20)
+    assert mapped.extend(row).tolist() == [0]
 
 
 def test_batch_rows_flattens_the_batch_dims_of_every_tensor_leaf():
