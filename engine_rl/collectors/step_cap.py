@@ -76,7 +76,7 @@ class EvaluationStepCap(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 self.warned = True
                 name = self.env.spec.id if self.env.spec is not None else type(self.env.unwrapped).__name__
                 warnings.warn(
-                    f"evaluation episodes of {name} ran to the cap of {self.max_episode_steps} steps: the env sets "
+                    f"evaluation episodes of {name} ran to the cap of {self.max_episode_steps:,} steps: the env sets "
                     "no time limit and the policy did not end them; set one with "
                     "--set 'wrappers=TimeLimit(max_episode_steps=N)' (or inside make_env)",
                     stacklevel=2,
