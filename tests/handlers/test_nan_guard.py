@@ -199,3 +199,20 @@ def test_stop_publishes_no_skip_count():
     net = torch.nn.Linear(2, 1)
     trainer = _run([_batch()], _mse(net), net)
     assert "nonfinite_skipped" not in trainer.state.metrics
+
+
+def test_in_one_process_the_guard_takes_no_collective(monkeypatch):
+    """The ranks' joint decision (one all-reduce per check) is taken only with several processes."""
+    import handlers.nan_guard as nan_guard
+
+    def collective(code):
+        raise AssertionError("an all-reduce in one process")
+
+    monkeypatch.setattr(nan_guard, "reporting_rank", collective)
+    net = torch.nn.Linear(2, 1)
+    scale = iter([1.0, float("nan"), 1.0])
+    guard = NaNGuard(parameters=net, nonfinite="skip")
+    trainer = _run([_batch()] * 3, lambda td: {"loss": net(td["observation"]).pow(2).mean() * next(scale)}, net, guard)
+    assert trainer.state.metrics["nonfinite_skipped"] == 1
+    with pytest.raises(NonFiniteError, match="batch key 'next.reward'"):
+        _run([_batch(reward=torch.tensor([0.0, float("nan"), 0.0, 0.0]))], _mse(net), net)
