@@ -4,11 +4,11 @@ The lines are standard JSON (RFC 8259), which has no NaN or Infinity: a non-fini
 written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` rather than dropped, so a
 diverging loss stays visible; ``float()`` reads each back.
 
-One file, one writer: a second :class:`MetricsLogger` on the same path is refused while the
-first is attached to the same engine (every line would be written twice) or to an engine whose
-run is going on (the two runs' lines would mix). A run that completed, was terminated (paused)
-or raised leaves the file to the next logger, so a notebook that stops a trainer and continues
-with a new one on the same run folder works.
+One file, one writer per engine: a second :class:`MetricsLogger` on the same file (symlinks
+resolved) attached to the same engine is refused (every line would be written twice). A new
+trainer may log on to the file of one whose run has ended (a notebook that stops a trainer and
+continues with a new one on the same run folder); two engines running at once on one file are
+not detected.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 import weakref
 from pathlib import Path
@@ -28,25 +27,9 @@ from handlers._attach import add_handler
 
 __all__ = ["MetricsLogger", "json_number"]
 
-#: Every live logger, for the one-writer-per-file check (weak: a collected logger lets its file go).
-_LOGGERS: weakref.WeakSet[MetricsLogger] = weakref.WeakSet()
-
-
-def _running(engine: Engine) -> bool:
-    """Whether ``engine.run()`` is executing now, in any thread: its frame is on a stack.
-
-    Ignite fires no event when a run raises unless an ``EXCEPTION_RAISED`` handler is attached,
-    and attaching one makes Ignite swallow the exception unless the handler re-raises; so a run
-    that raised is told from a running one by the call stacks (read only when a logger attaches
-    or its run starts).
-    """
-    code = Engine.run.__code__
-    for frame in sys._current_frames().values():
-        while frame is not None:
-            if frame.f_code is code and frame.f_locals.get("self") is engine:
-                return True
-            frame = frame.f_back
-    return False
+#: The logger of each file (by realpath) of each engine, for the one-writer-per-file check; weak, so
+#: an engine that is gone lets its files go.
+_FILES: weakref.WeakKeyDictionary[Engine, dict[str, MetricsLogger]] = weakref.WeakKeyDictionary()
 
 
 def json_number(value: float) -> float | str:
@@ -117,8 +100,6 @@ class MetricsLogger:
         self._start = time.perf_counter()
         self._last_eval_frames: Any = None
         self._last_train_iteration: int | None = None
-        self._engines: list[weakref.ref[Engine]] = []
-        _LOGGERS.add(self)
 
     def attach(
         self, engine: Engine, *, every: int = 1, event: Any = Events.ITERATION_COMPLETED, episode_ends: bool = True
@@ -131,47 +112,26 @@ class MetricsLogger:
         """
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"MetricsLogger: argument every must be a positive int, got {every!r}")
-        if isinstance(engine, Engine):
-            self._check_one_writer(engine, "MetricsLogger.attach")
+        file = os.path.realpath(self.path)
+        holder = _FILES.get(engine, {}).get(file, self)
+        if holder is not self and engine.has_event_handler(holder.log_train):  # (one removed no longer counts)
+            raise ValueError(
+                f"MetricsLogger.attach: another MetricsLogger attached to this engine writes {self.path} (every line "
+                "would be written twice); attach one logger per file, or give this one another path"
+            )
         # attached twice, it would write every line twice (the first claim also guards the rest)
         add_handler(engine, self.log_train, event, every, owner=type(self).__name__, exclusive=self,
                     twice="every line would be written twice")
-        self._engines.append(weakref.ref(engine))
+        _FILES.setdefault(engine, {})[file] = self
         if every > 1 and episode_ends:  # after the periodic handler, so one iteration is one line
             engine.add_event_handler(Events.ITERATION_COMPLETED, self._log_episode_ends)
-        engine.add_event_handler(Events.STARTED, self._run_started)
+        engine.add_event_handler(Events.STARTED, self._open)
         engine.add_event_handler(Events.ITERATION_COMPLETED, self.log_eval_if_new)
         engine.add_event_handler(Events.COMPLETED, self.log_eval_if_new)
         engine.add_event_handler(Events.COMPLETED, self.close)
         # No EXCEPTION_RAISED handler on purpose: Ignite would then swallow the exception unless
         # the handler re-raises, which would skip other handlers. Lines are flushed as written.
         return self
-
-    # -- one writer per file --------------------------------------------------------------
-    def _check_one_writer(self, engine: Engine | None, owner: str) -> None:
-        """A ``ValueError`` if another logger writes this file from ``engine`` or a running engine."""
-        mine = os.path.realpath(self.path)
-        for other in list(_LOGGERS):
-            if other is self or os.path.realpath(other.path) != mine:
-                continue
-            for ref in other._engines:
-                theirs = ref()
-                if theirs is None or not theirs.has_event_handler(other.log_train):
-                    continue
-                if theirs is engine:
-                    raise ValueError(
-                        f"{owner}: another MetricsLogger attached to this engine writes {self.path} (every line would "
-                        "be written twice); attach one logger per file, or give this one another path"
-                    )
-                if _running(theirs):
-                    raise ValueError(
-                        f"{owner}: {self.path} is written by a MetricsLogger whose engine is running (the two runs' "
-                        "lines would mix); give this logger another path, or start it after that run has ended"
-                    )
-
-    def _run_started(self, engine: Engine) -> None:
-        self._check_one_writer(engine, "MetricsLogger")  # another engine's run may have started since attach
-        self._open(engine)
 
     # -- writing ------------------------------------------------------------------------
     def _open(self, _: Engine | None = None) -> None:

@@ -153,36 +153,6 @@ def test_a_second_logger_on_the_same_file_and_engine_is_refused_and_lines_are_wr
     assert _lines(path) == [("train", 1), ("train", 2)]
 
 
-def test_a_run_going_on_keeps_its_file_until_it_ends(tmp_path):
-    path = tmp_path / "m.jsonl"
-    first, second = _trainer(3), _trainer(2)
-    MetricsLogger(path).attach(first)
-    late = MetricsLogger(path)
-    refusals = []
-
-    def attach_during_the_run(engine):
-        if engine.state.iteration == 1:
-            with pytest.raises(ValueError, match=rf"^MetricsLogger\.attach: {path} is written by a MetricsLogger whose "
-                                                 r"engine is running \(the two runs' lines would mix\)"):
-                late.attach(second)
-            refusals.append(1)
-
-    first.add_event_handler(Events.ITERATION_COMPLETED, attach_during_the_run)
-    early = _trainer(2)
-    MetricsLogger(path).attach(early)  # attached before that run: it may not start inside it
-
-    def start_inside(engine):
-        if engine.state.iteration == 2:
-            with pytest.raises(ValueError, match=rf"^MetricsLogger: {path} is written by a MetricsLogger whose engine "
-                                                 r"is running"):
-                early.run(max_epochs=1)
-            refusals.append(2)
-
-    first.add_event_handler(Events.ITERATION_COMPLETED, start_inside)
-    first.run(max_epochs=1)
-    assert refusals == [1, 2] and _lines(path) == [("train", 1), ("train", 2), ("train", 3)]
-
-
 @pytest.mark.parametrize("end", ["completed", "paused", "raised", "never started"])
 def test_a_new_trainer_continues_the_file_once_the_first_run_has_ended(tmp_path, end):
     """A notebook: a trainer's run ends (or is stopped, or raises), a new trainer logs on to the same file."""
