@@ -33,7 +33,7 @@ def test_ppo_learns_a_lambdas_env_and_resumes_from_python_bitwise(tmp_path):
     paused = train("ppo-cartpole", config(), tmp_path / "split", progress=False, checkpoint_every=2, until_frames=1024)
     assert paused["paused"]
     resumed = train("ppo-cartpole", config(), tmp_path / "split", progress=False, checkpoint_every=2, resume=True)
-    assert resumed["resumed_from"].endswith("checkpoint_1024.pt")
+    assert resumed["resumed_from_frames"] == 1024
     a, b = (torch.load(tmp_path / run / "checkpoints" / "checkpoint_2048.pt", weights_only=True)
             for run in ("straight", "split"))
     assert differences(a, b) == []
@@ -68,7 +68,7 @@ def test_the_cli_trains_resumes_and_evaluates_a_make_env_named_by_module(tmp_pat
     assert main(["train", "ppo-cartpole", "--resume", "--no-progress", "--out", str(tmp_path),
                  "--set", "make_env=support.user_envs:make_corridor"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["resumed_from"].endswith("checkpoint_1024.pt") and summary["eval_return_mean"] == 1.0
+    assert summary["resumed_from_frames"] == 1024 and summary["eval_return_mean"] == 1.0
     assert json.loads((tmp_path / "config.json").read_text())["make_env"] == "support.user_envs:make_corridor"
     assert main(["eval", str(tmp_path), "--trust-config"]) == 0
     evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
