@@ -11,7 +11,7 @@ from engine_rl.keys import MASK_KEY, require_keys
 
 __all__ = ["MASK_KEY", "RLEvents", "RLTrainer", "create_evaluator", "create_trainer", "require_keys", "training_state"]
 
-_LAZY = {"create_evaluator": "engine_rl.evaluation", "training_state": "engine_rl.checkpoint"}
+_LAZY = {"create_evaluator": "engine_rl.evaluation", "training_state": "engine_rl.run.checkpoint"}
 
 
 def __getattr__(name: str):  # imported on first use: they pull in gymnasium and ignite's handlers

@@ -26,7 +26,7 @@ handler                        how
 ``Checkpoint`` (best policy)   ``Checkpoint({"policy": policy}, saver, n_saved=1, score_name="return_mean",
                                global_step_transform=global_step_from_engine(trainer))`` on ``COMPLETED``
 ``Checkpoint`` (last)          on the trainer, ``Events.ITERATION_COMPLETED(every=k)``; its ``to_save`` from
-                               :func:`engine_rl.checkpoint.training_state`
+                               :func:`engine_rl.run.checkpoint.training_state`
 ``Timer``                      any events, custom ones too: ``Timer().attach(trainer,
                                step=RLEvents.OPTIM_STEP_DONE)``
 ``TerminateOnNan``             ``trainer.add_event_handler(Events.ITERATION_COMPLETED, TerminateOnNan())``

@@ -32,15 +32,15 @@ handler                       default event                        does
 ============================  ===================================  ==============================
 """
 
-from handlers.dashboard import attach_dashboard
 from handlers.advantage import GAEAdvantage
+from handlers.dashboard import attach_dashboard
 from handlers.episodes import EpisodeStats, Throughput
+from handlers.gradients import GradClipper
 from handlers.kl_stop import KLEarlyStop
 from handlers.metrics_log import MetricsLogger
 from handlers.minibatch import MinibatchSampler
 from handlers.nan_guard import NaNGuard, NonFiniteError
 from handlers.normalization import ObservationNormalizer, RewardClipper, RewardNormalizer
-from handlers.optim import GradClipper
 from handlers.progress import FramesProgressBar
 from handlers.replay import PriorityUpdater, ReplayExtender, ReplaySampler
 from handlers.schedule import FrameSchedule

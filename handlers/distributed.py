@@ -34,7 +34,6 @@ import torch
 from ignite.engine import Engine, Events
 from torch import nn
 
-from engine_rl.checkpoint import attached_objects
 from engine_rl.distributed import (
     GradientAllReduce,
     broadcast_tensors,
@@ -45,11 +44,12 @@ from engine_rl.distributed import (
 from engine_rl.evaluation import EVAL_METRICS
 from engine_rl.events import RLEvents
 from engine_rl.finite import NonFiniteElsewhere, NonFiniteError
+from engine_rl.run.checkpoint import attached_objects
 from handlers.episodes import EpisodeStats, finished_episodes
+from handlers.gradients import GradClipper
 from handlers.kl_stop import KLEarlyStop
 from handlers.nan_guard import NaNGuard
 from handlers.normalization import ObservationNormalizer
-from handlers.optim import GradClipper
 
 __all__ = [
     "AllReducedEpisodeStats",
@@ -242,12 +242,12 @@ class EvalSync:
 
 class GatheredUpdates:
     """A stand-in for a running-statistics object (e.g. a
-    :class:`~engine_rl.normalization.Normalizer`) whose ``update(x)`` folds in the ``x`` of all
+    :class:`~engine_rl.algos.normalization.Normalizer`) whose ``update(x)`` folds in the ``x`` of all
     ranks (gathered along dim 0, in rank order), so the statistics stay identical on every rank.
     Everything else (``state_dict``, ``mean``, ``frozen``...) is the wrapped object's.
 
     Examples:
-        >>> from engine_rl.normalization import Normalizer
+        >>> from engine_rl.algos.normalization import Normalizer
         >>> norm = GatheredUpdates(Normalizer((1,), epsilon=0.0))
         >>> norm.update(torch.tensor([[1.0], [3.0]]))  # one process: its own batch
         >>> norm.mean.tolist(), norm.target.count.item()

@@ -1,12 +1,12 @@
 """Observation and reward normalization as handlers on ``RLEvents.BATCH_COLLECTED``.
 
 - :class:`ObservationNormalizer` folds each training batch's observations into a
-  :class:`~engine_rl.normalization.Normalizer` that lives *inside the policy*: the collector,
+  :class:`~engine_rl.algos.normalization.Normalizer` that lives *inside the policy*: the collector,
   the loss and the evaluator all call the policy, so all apply the same transform, and the
   statistics are saved with the policy's ``state_dict``. Only this handler updates them, so
   evaluation never does (and ``normalizer.frozen = True`` stops updates altogether).
 - :class:`RewardNormalizer` scales each batch's rewards in place by the running std of the
-  discounted return (:class:`~engine_rl.normalization.ReturnScaler`), then clamps.
+  discounted return (:class:`~engine_rl.algos.normalization.ReturnScaler`), then clamps.
 - :class:`RewardClipper` replaces each batch's rewards by their sign (Mnih et al., 2015: Atari
   scores of any scale become -1, 0, +1 for the loss).
 
@@ -24,9 +24,9 @@ import torch
 from ignite.engine import Engine
 from ignite.engine.events import RemovableEventHandle
 
+from engine_rl.algos.normalization import Normalizer, ReturnScaler
 from engine_rl.events import RLEvents
 from engine_rl.keys import NestedKey, require_keys
-from engine_rl.normalization import Normalizer, ReturnScaler
 from handlers._attach import add_handler
 
 __all__ = ["ObservationNormalizer", "RewardClipper", "RewardNormalizer"]
@@ -36,7 +36,7 @@ class ObservationNormalizer:
     """Update ``normalizer``'s running mean/std from each collected batch's ``key`` entry.
 
     Args:
-        normalizer: the :class:`~engine_rl.normalization.Normalizer` the policy applies
+        normalizer: the :class:`~engine_rl.algos.normalization.Normalizer` the policy applies
             (e.g. ``policy.obs_normalizer``).
         key: the batch entry to learn the statistics from.
 

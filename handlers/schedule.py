@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from ignite.engine import Engine
 
+from engine_rl.algos.exploration import LinearSchedule
 from engine_rl.events import RLEvents
-from engine_rl.exploration import LinearSchedule
 from handlers._attach import add_handler
 
 __all__ = ["FrameSchedule"]

@@ -1,7 +1,7 @@
 """Target-network updates after optimizer steps.
 
-:class:`TargetNetUpdater` runs :class:`engine_rl.targets.HardUpdate` or
-:class:`engine_rl.targets.SoftUpdate` on ``RLEvents.OPTIM_STEP_DONE(every=every)``. The event
+:class:`TargetNetUpdater` runs :class:`engine_rl.algos.targets.HardUpdate` or
+:class:`engine_rl.algos.targets.SoftUpdate` on ``RLEvents.OPTIM_STEP_DONE(every=every)``. The event
 filter counts ``engine.state.optim_steps``, which checkpoints save, so a resumed run keeps the
 schedule (a hard update every 500 steps happens at steps 500, 1000, ... across restarts).
 """
@@ -14,8 +14,8 @@ from ignite.engine import Engine
 from ignite.engine.events import RemovableEventHandle
 from torch import nn
 
+from engine_rl.algos.targets import HardUpdate, SoftUpdate, check_tau
 from engine_rl.events import RLEvents
-from engine_rl.targets import HardUpdate, SoftUpdate, check_tau
 from handlers._attach import add_handler, check_every
 
 __all__ = ["TargetNetUpdater"]

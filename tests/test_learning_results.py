@@ -9,7 +9,7 @@ import re
 import pytest
 from benchmarks.learning_results import best_frames, final_training_return, fresh_row, run_one
 
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.run.driver import make_config, train
 
 
 def test_best_frames_reads_the_checkpoint_name() -> None:

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from tensordict import TensorDictBase
 from torch import nn
 
+from engine_rl.algos.exploration import SeededPolicyWrapper
 from engine_rl.algos.networks import mlp
-from engine_rl.exploration import SeededPolicyWrapper
 
 __all__ = ["DeterministicActor", "RandomWarmup", "TanhGaussianActor", "box_bounds"]
 

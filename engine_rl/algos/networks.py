@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch  # noqa: F401  (the docstring example uses it)
 from torch import nn
 
-from engine_rl.precision import OutputLinear
+from engine_rl.algos.precision import OutputLinear
 
 __all__ = ["mlp"]
 
@@ -21,7 +21,7 @@ def mlp(
 ) -> nn.Sequential:
     """A multilayer perceptron ``in -> hidden... -> out`` with ``activation`` between layers.
 
-    The output layer is an :class:`~engine_rl.precision.OutputLinear`: an ``nn.Linear`` that
+    The output layer is an :class:`~engine_rl.algos.precision.OutputLinear`: an ``nn.Linear`` that
     stays float32 under ``torch.autocast`` (so outputs keep their precision in bfloat16 runs).
 
     Examples:

@@ -9,7 +9,7 @@ A policy reads ``"observation"`` from a TensorDict and writes ``"action"`` and `
 that shares the networks (and the observation normalizer) but nothing mutable — it has its own
 flags and draws no random numbers, so evaluating never changes what training does next.
 
-An optional observation :class:`~engine_rl.normalization.Normalizer` sits inside the policy, so
+An optional observation :class:`~engine_rl.algos.normalization.Normalizer` sits inside the policy, so
 collection, training and evaluation apply the same transform and checkpoints hold it.
 """
 
@@ -27,7 +27,7 @@ from torch import nn
 
 from engine_rl.algos.encoders import DictEncoder, make_encoder
 from engine_rl.algos.networks import mlp
-from engine_rl.normalization import Normalizer
+from engine_rl.algos.normalization import Normalizer
 from engine_rl.spaces import is_multi_discrete
 
 __all__ = [
@@ -320,7 +320,7 @@ def make_actor_critic(
         action_space: ``Discrete``, 1-D ``MultiDiscrete`` or 1-D ``Box``.
         hidden: hidden widths of both MLPs (Stable-Baselines3's default: 64, 64).
         activation: activation module class (tanh, as in SB3's PPO).
-        normalize_observations: put a :class:`~engine_rl.normalization.Normalizer` in front.
+        normalize_observations: put a :class:`~engine_rl.algos.normalization.Normalizer` in front.
         obs_clip: its clamp bound.
         log_std_init: initial log std of a Gaussian policy.
         ortho_init: orthogonal init (gains sqrt 2, 0.01 for the policy head, 1 for the value head).

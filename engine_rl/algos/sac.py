@@ -43,7 +43,7 @@ class QEnsemble(nn.Module):
     Layer ``l`` of all critics is one weight ``[num_q, in, out]`` and one bias ``[num_q, 1, out]``,
     applied with a single batched matmul; each critic is initialized like ``nn.Linear`` (uniform
     in ``+-1/sqrt(in)``), independently of the others. Under ``torch.autocast`` the output layer
-    runs in the parameters' dtype, like :class:`engine_rl.precision.OutputLinear`.
+    runs in the parameters' dtype, like :class:`engine_rl.algos.precision.OutputLinear`.
 
     Args:
         obs_dim: observation size (with an ``encoder``: its ``features``).
@@ -121,7 +121,7 @@ class QEnsemble(nn.Module):
             x = self.activation(torch.baddbmm(b, x, w))
         w, b = layers[-1]
         if torch.is_autocast_enabled(x.device.type):
-            # the output layer stays in the parameters' precision (engine_rl.precision)
+            # the output layer stays in the parameters' precision (engine_rl.algos.precision)
             with torch.autocast(x.device.type, enabled=False):
                 x = self._output_layer(x.to(w.dtype), w, b)
         else:

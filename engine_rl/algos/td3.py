@@ -30,8 +30,8 @@ from torch import nn
 
 from engine_rl.algos.actors import box_bounds
 from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
+from engine_rl.algos.exploration import SeededPolicyWrapper
 from engine_rl.algos.networks import mlp
-from engine_rl.exploration import SeededPolicyWrapper
 
 __all__ = ["GaussianNoise", "TanhActor", "TD3Loss"]
 

@@ -3,11 +3,11 @@
 A collector is any iterable of TensorDicts; :class:`GymCollector` is the stock one.
 """
 
-from engine_rl.collectors.envs import VecEnvSpec, make_vec_env, vec_env_spec
+from engine_rl.collectors.async_collector import AsyncCollector, AsyncCollectorError
 from engine_rl.collectors.episodes import run_episodes
 from engine_rl.collectors.gym import EnvError, GymCollector, GymStepper, Policy, policy_device
+from engine_rl.collectors.gym_envs import VecEnvSpec, make_vec_env, vec_env_spec
 from engine_rl.collectors.torch_env import TorchEnvCollector
-from engine_rl.collectors.async_collector import AsyncCollector, AsyncCollectorError
 
 __all__ = [
     "AsyncCollector",

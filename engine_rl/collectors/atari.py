@@ -49,7 +49,7 @@ def single_frame_kwargs(env_id: Any, env_kwargs: dict[str, Any] | None) -> dict[
         >>> single_frame_kwargs("ALE/Pong-v5", {"obs_type": "grayscale", "frameskip": 2})
         {'obs_type': 'grayscale', 'frameskip': 2}
     """
-    from engine_rl.collectors.envs import env_spec  # (envs imports this module's wrapper)
+    from engine_rl.collectors.gym_envs import env_spec  # (envs imports this module's wrapper)
 
     if not isinstance(env_kwargs, (dict, type(None))) or "frameskip" in (env_kwargs or {}):
         return env_kwargs

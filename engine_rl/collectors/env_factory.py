@@ -5,7 +5,7 @@ may be a callable that returns one ``gymnasium.Env``: a function, a class, a
 ``functools.partial``. A config file can only hold text, so ``config.json`` records it by
 :func:`callable_name`, and :func:`resolve_callable` imports such a name back, for ``--resume``
 and ``engine-rl eval`` once the user names it again or trusts the file
-(:mod:`engine_rl.recipes.stored_config`). Only a function or class defined at the top level of an
+(:mod:`engine_rl.run.stored_config`). Only a function or class defined at the top level of an
 importable module has a name that imports back; a lambda, a partial or a notebook's function is
 recorded (so a changed one is noticed on resume) but its run resumes from Python, with the same config.
 

@@ -6,7 +6,7 @@ gymnasium 1.4, HalfCheetah's model uses a deprecated attribute, so each HalfChee
 printed the same warning (twelve times at the start of a ``sac-mujoco`` run) and left a log file
 wherever the run was started. :func:`route_mujoco_warnings` hands MuJoCo's warnings to
 :mod:`warnings` instead, as a :class:`MujocoWarning`: the default filter shows each message once,
-and it can be filtered like any warning. The env makers of :mod:`engine_rl.collectors.envs` call it
+and it can be filtered like any warning. The env makers of :mod:`engine_rl.collectors.gym_envs` call it
 for gymnasium's MuJoCo envs; a handler set with ``mujoco.set_mju_user_warning`` is kept.
 """
 

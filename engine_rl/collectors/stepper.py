@@ -17,8 +17,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from tensordict import TensorDict, TensorDictBase
 
 from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, seed_spaces, set_env_state
-from engine_rl.collectors.envs import VecEnvSpec, vec_env_spec
 from engine_rl.collectors.errors import EnvError, failed_env_index
+from engine_rl.collectors.gym_envs import VecEnvSpec, vec_env_spec
 from engine_rl.collectors.info import INFO_KEY, InfoKeysSeen, check_info_keys, info_scalars
 from engine_rl.collectors.observations import field_key, nest_paths, pick, stack_final
 from engine_rl.collectors.policy import Policy, policy_device
@@ -55,7 +55,7 @@ class GymStepper:
     ``torch.no_grad()``.
 
     Args:
-        env: a gymnasium vector env (see :func:`~engine_rl.collectors.envs.vec_env_spec`).
+        env: a gymnasium vector env (see :func:`~engine_rl.collectors.gym_envs.vec_env_spec`).
         policy: see :data:`Policy`.
         rows: staging capacity (rows); :meth:`grow` enlarges it.
         device: the policy's device; ``None``: from its parameters (CPU if it has none).

@@ -9,7 +9,7 @@ are those of an evaluation during training with that policy.
 
 The stored config is data: a checkpoint whose config names code (a ``make_env``, an ``env_id``
 with a module prefix) is refused before anything is built from it, unless ``--trust-config``
-says the file is trusted (:mod:`engine_rl.recipes.stored_config`); evaluating a checkpoint from
+says the file is trusted (:mod:`engine_rl.run.stored_config`); evaluating a checkpoint from
 someone else never runs their code by itself.
 """
 
@@ -20,14 +20,14 @@ import dataclasses
 import json
 from pathlib import Path
 
-from engine_rl.checkpoint import CheckpointError, InferenceState, attached_objects, load_inference
 from engine_rl.commands import fail
 from engine_rl.evaluation import Evaluator, create_evaluator
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.checks import SEED_LIMIT
 from engine_rl.recipes.env_source import recipe_vec_env
-from engine_rl.recipes.runner import make_config
-from engine_rl.recipes.stored_config import check_stored_code
+from engine_rl.run.checkpoint import CheckpointError, InferenceState, attached_objects, load_inference
+from engine_rl.run.driver import make_config
+from engine_rl.run.stored_config import check_stored_code
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -30,14 +30,14 @@ import ignite.distributed as idist
 import torch
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
-from engine_rl.checkpoint import latest_checkpoint
 from engine_rl.collectors import EnvError
 from engine_rl.commands import fail, one_line, one_line_output
 from engine_rl.device import config_devices
-from engine_rl.distributed import launched_externally, run_parallel
 from engine_rl.finite import NonFiniteElsewhere
 from engine_rl.recipes import get_recipe
-from engine_rl.recipes.runner import RunError, load_run_config, make_config, train
+from engine_rl.run.checkpoint import latest_checkpoint
+from engine_rl.run.driver import RunError, load_run_config, make_config, train
+from engine_rl.run.launch import launched_externally, run_parallel
 
 #: Where a bare ``--visdom`` posts (and where it starts a server if none answers).
 DEFAULT_VISDOM_URL = "http://127.0.0.1:8097"

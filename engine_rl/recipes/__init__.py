@@ -10,7 +10,7 @@ import pkgutil
 from engine_rl.recipes.base import RECIPES, Recipe, Setup, get_recipe, register
 
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name not in ("base", "config", "runner"):
+    if _module.name not in ("base", "config"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 from engine_rl.recipes.dqn_cartpole import DQNConfig  # noqa: E402

@@ -5,7 +5,7 @@ value it got, e.g. ``DQNConfig: lr must be a positive finite number, got nan``. 
 ``__post_init__`` checks its fields alone and makes no env (:meth:`FieldChecks.env_fields`), so a
 config is made and listed without the extras its env may need. :meth:`FieldChecks.env` checks
 that ``make_env`` makes an env, or else that ``env_id`` is registered, and that its spaces suit
-the algorithm (made once per id or callable, see :func:`~engine_rl.collectors.envs.env_spaces`);
+the algorithm (made once per id or callable, see :func:`~engine_rl.collectors.gym_envs.env_spaces`);
 it runs through :meth:`~engine_rl.recipes.env_options.EnvOptions.check_env`, with the algorithm's
 :class:`EnvNeeds`, when a recipe is built and when ``engine-rl train`` starts.
 
@@ -41,7 +41,7 @@ import gymnasium as gym
 
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.collectors.env_factory import callable_name
-from engine_rl.collectors.envs import env_spaces, env_spec
+from engine_rl.collectors.gym_envs import env_spaces, env_spec
 from engine_rl.collectors.wrappers import parse_wrappers
 from engine_rl.device import DEVICE_NAMES, is_device_name
 from engine_rl.envs import TORCH_ENVS

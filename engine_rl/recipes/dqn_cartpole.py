@@ -22,14 +22,14 @@ from ignite.handlers import PiecewiseLinear
 from torch import nn
 
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
+from engine_rl.algos.compile import compile_loss
 from engine_rl.algos.encoders import make_encoder
+from engine_rl.algos.exploration import EpsilonGreedy
+from engine_rl.algos.optimizers import adam
 from engine_rl.collectors import AsyncCollector
 from engine_rl.collectors.env_factory import callable_name
-from engine_rl.compile import compile_loss
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
-from engine_rl.exploration import EpsilonGreedy
-from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, EnvNeeds, FieldChecks
 from engine_rl.recipes.env_options import EnvOptions
@@ -136,7 +136,7 @@ class DQNConfig(EnvOptions):
     (Discrete, Tuple or Dict observations to a 1-D Box) or ``--set 'wrappers=TimeLimit(max_episode_steps=200)'``.
     None by default."""
     compile: bool = False
-    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
+    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.algos.compile``; CUDA
     graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
     on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
     device: str = "auto"

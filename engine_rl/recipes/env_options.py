@@ -37,7 +37,7 @@ class EnvOptions:
     size=5)``) or ``'module:function'`` naming one, used instead of env_id (then unused) for training and
     evaluation; vectorized 'sync' or 'async', wrapped by ``wrappers``. config.json records it by name, which
     ``--resume`` and ``engine-rl eval`` import back only when named again or trusted (``--set make_env=...``,
-    ``--trust-config``: ``engine_rl.recipes.stored_config``). None by default."""
+    ``--trust-config``: ``engine_rl.run.stored_config``). None by default."""
     env_kwargs: dict[str, Any] | None = None
     """Keyword arguments of ``gymnasium.make`` (or of ``make_env``), as Python literals, e.g. ``--set
     "env_kwargs={'map_name': '8x8', 'is_slippery': False}"`` or ``{'obs_type': 'ram'}``; None by default."""
@@ -53,7 +53,7 @@ class EnvOptions:
 
     def check_env(self) -> None:
         """Check the env this config names, making one copy of it (once per id or callable, wrappers
-        and env_kwargs: :func:`~engine_rl.collectors.envs.env_spaces`): ``make_env`` makes an env, or
+        and env_kwargs: :func:`~engine_rl.collectors.gym_envs.env_spaces`): ``make_env`` makes an env, or
         ``env_id`` is registered (an id from an extra that is not installed names the extra), and its
         spaces suit ``env_needs`` (:meth:`~engine_rl.recipes.checks.FieldChecks.env`); a ``ValueError``
         naming the config otherwise. Each recipe's build function calls it first."""

@@ -31,7 +31,7 @@ from gymnasium.vector import VectorEnv
 from engine_rl.collectors import GymCollector, TorchEnvCollector
 from engine_rl.collectors.base import BatchCollector
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, resolve_callable
-from engine_rl.collectors.envs import env_spaces, env_spec, make_vec_env
+from engine_rl.collectors.gym_envs import env_spaces, env_spec, make_vec_env
 from engine_rl.envs import TorchEnv, make_torch_env
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Each recipe's build calls :func:`check_sizes` once it knows its env's spaces and its devices, before
 it makes its env copies or networks: a size the machine cannot hold is one ``ValueError`` naming
-the field (:func:`engine_rl.memory.check_fits`), and a build that will work but stay silent for
+the field (:func:`engine_rl.device.check_fits`), and a build that will work but stay silent for
 long says so first in one line on stderr (:func:`announce_long_batches`). The replay, allocated
 when the first batch comes, checks itself then (:class:`~engine_rl.replay.ReplayBuffer`'s
 ``capacity_label`` names the field).
@@ -28,7 +28,7 @@ import gymnasium as gym
 import ignite.distributed as idist
 import torch
 
-from engine_rl.memory import check_fits, format_bytes, frame_nbytes, mlp_parameters
+from engine_rl.device import check_fits, format_bytes, frame_nbytes, mlp_parameters
 from engine_rl.recipes.env_source import env_label
 
 __all__ = ["LONG_BATCH_FRAMES", "MANY_ENV_COPIES", "announce_long_batches", "check_sizes"]

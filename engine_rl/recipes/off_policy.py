@@ -15,11 +15,11 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from engine_rl.algos.compile import compile_loss
 from engine_rl.algos.encoders import make_encoder
-from engine_rl.compile import compile_loss
+from engine_rl.algos.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
-from engine_rl.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.recipes.base import Setup
 from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
 from engine_rl.recipes.env_options import EnvOptions
@@ -81,9 +81,9 @@ class OffPolicyConfig(EnvOptions):
     precision: str = "float32"
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
     'bfloat16' (autocast; may be faster: measure with tests/benchmarks/sac_update.py; parameters, gradients,
-    optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
+    optimizer state and the networks' output layers stay float32; engine_rl.algos.precision)."""
     compile: bool = False
-    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
+    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.algos.compile``; CUDA
     graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
     on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
     nonfinite: str = "stop"

@@ -22,24 +22,24 @@ import torch
 from gymnasium.wrappers.vector import ClipAction
 from torch import nn
 
+from engine_rl.algos.compile import compile_loss
+from engine_rl.algos.optimizers import adam
 from engine_rl.algos.policies import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
-from engine_rl.compile import compile_loss
 from engine_rl.device import resolve_device
 from engine_rl.engine import create_trainer
 from engine_rl.envs import TorchEnv
-from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import VECTORIZATIONS, EnvNeeds, FieldChecks
 from engine_rl.recipes.env_options import EnvOptions
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces
 from engine_rl.recipes.memory_checks import check_sizes
 from handlers.advantage import GAEAdvantage
+from handlers.gradients import GradClipper
 from handlers.kl_stop import KLEarlyStop
 from handlers.minibatch import MinibatchSampler
 from handlers.nan_guard import NaNGuard
 from handlers.normalization import ObservationNormalizer, RewardClipper, RewardNormalizer
-from handlers.optim import GradClipper
 from handlers.schedule import FrameSchedule
 from handlers.validation import ValidationRollout
 
@@ -129,7 +129,7 @@ class PPOConfig(EnvOptions):
     (Discrete, Tuple or Dict observations to a 1-D Box) or ``--set 'wrappers=TimeLimit(max_episode_steps=200)'``.
     None by default."""
     compile: bool = False
-    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.compile``; CUDA
+    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.algos.compile``; CUDA
     graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
     on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
     device: str = "auto"

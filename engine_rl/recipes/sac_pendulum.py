@@ -20,9 +20,9 @@ from typing import ClassVar
 import torch
 
 from engine_rl.algos.actors import RandomWarmup, TanhGaussianActor
+from engine_rl.algos.optimizers import adam
 from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.device import config_devices
-from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.env_source import recipe_collector, recipe_env
@@ -50,7 +50,7 @@ class SACConfig(OffPolicyConfig):
     precision: str = "float32"
     """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
     'bfloat16' (autocast; may be faster: measure with tests/benchmarks/sac_update.py; parameters, gradients,
-    optimizer state and the networks' output layers stay float32; engine_rl.precision)."""
+    optimizer state and the networks' output layers stay float32; engine_rl.algos.precision)."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up actions and the replay sampler."""
 

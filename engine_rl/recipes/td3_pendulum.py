@@ -19,10 +19,10 @@ from typing import ClassVar
 import torch
 
 from engine_rl.algos.actors import RandomWarmup
+from engine_rl.algos.optimizers import adam
 from engine_rl.algos.sac import QEnsemble
 from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
 from engine_rl.device import config_devices
-from engine_rl.optim import adam
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.env_source import recipe_collector, recipe_env

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from engine_rl.device import check_fits, format_bytes
 from engine_rl.keys import flatten_keys, format_key, nest_keys
-from engine_rl.memory import check_fits, format_bytes
 
 __all__ = ["TensorStorage", "batch_rows"]
 
@@ -44,7 +44,7 @@ class TensorStorage:
     the keys, row shapes and dtypes; later writes must match them exactly. When full, the oldest
     rows are overwritten first. In-memory rows that need more than the device has are a
     ``ValueError`` naming ``capacity_label`` before anything is allocated
-    (:func:`engine_rl.memory.check_fits`).
+    (:func:`engine_rl.device.check_fits`).
 
     Args:
         capacity: number of rows.

@@ -23,7 +23,7 @@ import torch
 from ignite.engine import Events
 
 from engine_rl.recipes.base import get_recipe
-from engine_rl.recipes.runner import make_config
+from engine_rl.run.driver import make_config
 
 
 def warm_forkserver() -> None:

@@ -34,7 +34,7 @@ import torch
 
 from engine_rl.dashboard import DashboardWarning, VisdomServer
 from engine_rl.recipes import get_recipe
-from engine_rl.recipes.runner import make_config
+from engine_rl.run.driver import make_config
 from handlers.dashboard import TrainPlots, attach_dashboard
 from handlers.episodes import EpisodeStats, Throughput
 from handlers.metrics_log import MetricsLogger

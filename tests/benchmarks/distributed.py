@@ -83,7 +83,7 @@ def _allreduce_worker(local_rank: int, out: str, reps: int) -> None:
 
 
 def allreduce_latency(reps: int) -> dict[str, float]:
-    from engine_rl.distributed import run_parallel
+    from engine_rl.run.launch import run_parallel
 
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "allreduce.json")

@@ -1,7 +1,7 @@
 """Engine overhead: the same DQN workload through the engine + handlers vs a hand-written loop.
 
 Both sides use the same collector, replay buffer (prioritized), loss, optimizer, gradient
-clipping function (torch's clip_grad_norm_, foreach) and target update class (engine_rl.targets); only the
+clipping function (torch's clip_grad_norm_, foreach) and target update class (engine_rl.algos.targets); only the
 dispatch differs: events + handlers (plus episode statistics and throughput metrics) vs inline
 calls. Times are process CPU seconds (one torch thread, envs in-process): on a shared 2-core
 box they are far steadier than wall time, which other processes inflate at random. A/B runs are interleaved and repeated;
@@ -22,10 +22,10 @@ from torch.nn.utils import clip_grad_norm_
 
 from engine_rl import create_trainer
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
+from engine_rl.algos.exploration import EpsilonGreedy
+from engine_rl.algos.targets import HardUpdate
 from engine_rl.collectors import GymCollector, make_vec_env
-from engine_rl.exploration import EpsilonGreedy
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer
-from engine_rl.targets import HardUpdate
 from handlers import GradClipper, PriorityUpdater, ReplayExtender, ReplaySampler, TargetNetUpdater
 from handlers.episodes import EpisodeStats, Throughput
 

@@ -9,7 +9,7 @@ Variants, interleaved and repeated (medians reported):
 - ``engine``: :class:`engine_rl.algos.SACLoss` over a stacked :class:`QEnsemble` (one batched
   matmul per layer for both critics, critics' parameters detached in the actor loss), the three
   losses summed and back-propagated once, ``torch.optim.Adam(fused=True)``, one soft target update.
-- ``engine_bfloat16``: the same under :class:`engine_rl.precision.AutocastLoss` with bfloat16
+- ``engine_bfloat16``: the same under :class:`engine_rl.algos.precision.AutocastLoss` with bfloat16
   (what ``--set precision=bfloat16`` builds): matmuls in bfloat16, output layers, parameters,
   gradients and optimizer state in float32. ``native_bfloat16`` says whether this CPU has
   bfloat16 dot products (without them bfloat16 is emulated and slower).
@@ -40,13 +40,13 @@ from torch import nn
 
 from engine_rl.algos.actors import TanhGaussianActor
 from engine_rl.algos.networks import mlp
+from engine_rl.algos.optimizers import adam
+from engine_rl.algos.precision import AutocastLoss, native_bfloat16
 from engine_rl.algos.sac import QEnsemble, SACLoss
+from engine_rl.algos.targets import SoftUpdate
 from engine_rl.events import RLEvents
-from engine_rl.optim import adam
-from engine_rl.precision import AutocastLoss, native_bfloat16
 from engine_rl.recipes import get_recipe
-from engine_rl.recipes.runner import make_config
-from engine_rl.targets import SoftUpdate
+from engine_rl.run.driver import make_config
 
 OBS, ACT, BATCH, HIDDEN = 3, 1, 256, (256, 256)
 

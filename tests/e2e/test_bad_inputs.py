@@ -3,7 +3,7 @@
 long silent work, and nothing is allocated first.
 
 One row per case: the command line, the exit status and the exact stderr. Each runs in-process
-through ``engine_rl.cli.main`` on a machine said to have 4 GiB of memory (``engine_rl.memory.total_memory``
+through ``engine_rl.cli.main`` on a machine said to have 4 GiB of memory (``engine_rl.device.total_memory``
 patched, so the messages read the same on any machine), on the CPU, under an address-space limit
 of what the process maps plus 3 GiB: a check that does not fire fails its row in the allocator,
 never by taking the machine's memory. No visdom server is started (the ``--replay`` cases are
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_rl import memory
+from engine_rl import device as memory
 from engine_rl.cli import main
 from engine_rl.dashboard import VisdomServer
 from support.seeds import seed_arg

@@ -16,7 +16,7 @@ from torch import nn
 from engine_rl import create_trainer
 from engine_rl.algos import PPOLoss, make_actor_critic
 from engine_rl.collectors import GymCollector, make_vec_env, run_episodes
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.run.driver import make_config, train
 from handlers import GAEAdvantage, MinibatchSampler
 from support.seeds import seed
 

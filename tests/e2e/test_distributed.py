@@ -155,7 +155,7 @@ def test_torchrun_launch_matches_nproc(tmp_path):
 def test_two_machine_launch_flags_on_one_machine(tmp_path):
     """``--nnodes 2 --node-rank K --master-addr --master-port``: two commands (here on one machine,
     one process each) form one group and train exactly as ``--nproc 2``."""
-    from engine_rl.distributed import free_port
+    from engine_rl.run.launch import free_port
 
     args = ("train", "ppo-cartpole", "--frames", "1024", "--seed", seed_arg(3), "--no-progress", "--set", "eval_every=2",
             "--set", "eval_episodes=2")

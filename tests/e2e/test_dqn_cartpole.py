@@ -11,7 +11,7 @@ from ignite.handlers import Checkpoint
 from engine_rl.cli import main
 from engine_rl.commands.eval import evaluate_checkpoint
 from engine_rl.recipes import get_recipe
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.run.driver import make_config, train
 from support.seeds import seed, seed_arg
 
 

@@ -24,9 +24,9 @@ import pytest
 import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-from engine_rl.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint
 from engine_rl.cli import main
 from engine_rl.recipes import RECIPES
+from engine_rl.run.checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, load_checkpoint
 from support.compare import differences, log
 from support.scores import peaking_at, scored_by_frames
 from support.seeds import seed, seed_arg

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine_rl.cli import main
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.run.driver import make_config, train
 from support.compare import differences
 from support.seeds import seed, seed_arg
 from support.user_envs import DoorRoom, make_corridor

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_rl.checkpoint import InferenceState
 from engine_rl.cli import main
 from engine_rl.recipes import RECIPES
+from engine_rl.run.checkpoint import InferenceState
 
 ROOT = Path(__file__).resolve().parents[2]
 

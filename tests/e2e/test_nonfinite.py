@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine_rl.checkpoint import list_checkpoints
 from engine_rl.events import RLEvents
 from engine_rl.recipes import get_recipe
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.run.checkpoint import list_checkpoints
+from engine_rl.run.driver import make_config, train
 from handlers.nan_guard import NonFiniteError
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"

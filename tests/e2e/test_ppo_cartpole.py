@@ -12,7 +12,7 @@ from engine_rl.cli import main
 from engine_rl.events import RLEvents
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.ppo_cartpole import PPOConfig
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.run.driver import make_config, train
 from support.seeds import seed, seed_arg
 
 

@@ -12,14 +12,13 @@ import sys
 import pytest
 import torch
 
-from engine_rl.checkpoint import list_checkpoints
 from engine_rl.cli import main
 from engine_rl.recipes import RECIPES
-from engine_rl.recipes.runner import RunError, load_run_config, train
+from engine_rl.run.checkpoint import list_checkpoints
+from engine_rl.run.driver import RunError, load_run_config, train
 from support.compare import differences, log
 from support.scores import peaking_at, scored_by_frames
 from support.seeds import seed, seed_arg
-
 
 ARGS = {
     # prioritized replay, a buffer that wraps around, lr schedule, evaluations, best checkpoint

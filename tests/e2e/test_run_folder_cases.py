@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_rl.checkpoint import list_checkpoints
 from engine_rl.cli import main
+from engine_rl.run.checkpoint import list_checkpoints
 from support.compare import log
 from support.seeds import seed_arg
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_rl.checkpoint import InferenceState
 from engine_rl.cli import main
 from engine_rl.commands.eval import evaluate_checkpoint
-from engine_rl.recipes.run_folder import RunError, config_record
-from engine_rl.recipes.runner import load_run_config, make_config, train
+from engine_rl.run.checkpoint import InferenceState
+from engine_rl.run.driver import load_run_config, make_config, train
+from engine_rl.run.folder import RunError, config_record
 
 TESTS = Path(__file__).resolve().parents[1]  # support.user_envs, for the processes started here
 RECIPE = "dqn-cartpole"

@@ -6,11 +6,11 @@ import pytest
 import torch
 from ignite.handlers import Checkpoint
 
+from engine_rl.algos.precision import AutocastLoss
 from engine_rl.cli import main
 from engine_rl.events import RLEvents
-from engine_rl.precision import AutocastLoss
 from engine_rl.recipes import get_recipe
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.run.driver import make_config, train
 from support.seeds import seed, seed_arg
 
 SHORT = ["--set", "learning_starts=200", "--set", "frames_per_batch=50", "--set", "eval_every_frames=200",

@@ -19,22 +19,11 @@ import torch
 from tensordict import TensorDict
 
 from engine_rl import create_trainer
-from engine_rl.distributed import (
-    SEED_STRIDE,
-    GradientAllReduce,
-    common_checkpoint_step,
-    gather_rows,
-    module_tensors,
-    rank_checkpoint_dir,
-    rank_config,
-    rank_seed,
-    reduce_moments,
-    resume_path,
-    run_parallel,
-    saved_world_size,
-)
-from engine_rl.normalization import Normalizer
+from engine_rl.algos.normalization import Normalizer
+from engine_rl.distributed import GradientAllReduce, gather_rows, module_tensors, reduce_moments
 from engine_rl.recipes.ppo_cartpole import PPOConfig
+from engine_rl.run.launch import SEED_STRIDE, rank_config, rank_seed, run_parallel
+from engine_rl.run.rank_checkpoints import common_checkpoint_step, rank_checkpoint_dir, resume_path, saved_world_size
 
 ROOT = Path(__file__).resolve().parents[2]
 

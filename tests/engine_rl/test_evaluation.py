@@ -15,10 +15,10 @@ from ignite.handlers import (
 from tensordict import TensorDict
 
 from engine_rl import RLEvents, create_evaluator, create_trainer
-from engine_rl.checkpoint import AtomicDiskSaver, load_checkpoint
 from engine_rl.collectors import make_vec_env, run_episodes
 from engine_rl.envs import CartPole
 from engine_rl.evaluation import EVAL_METRICS, Evaluator
+from engine_rl.run.checkpoint import AtomicDiskSaver, load_checkpoint
 from handlers import ValidationRollout
 
 

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
+from engine_rl.algos.optimizers import adam
 from engine_rl.finite import Found, NonFiniteCheck, check_nonfinite_policy, first_non_finite
-from engine_rl.optim import adam
 
 NAN, INF = float("nan"), float("inf")
 

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from engine_rl.recipes.run_folder import results_of  # before tests/ goes on the path: it holds a folder named engine_rl
+from engine_rl.run.folder import results_of  # before tests/ goes on the path: it holds a folder named engine_rl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for support.compare
 from support.compare import differences, log  # noqa: E402

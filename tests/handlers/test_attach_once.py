@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDict
 
 from engine_rl import create_trainer
-from engine_rl.normalization import RunningMeanStd
+from engine_rl.algos.normalization import RunningMeanStd
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer
 from handlers import (
     EpisodeStats,

@@ -4,8 +4,8 @@ import torch
 from tensordict import TensorDict
 
 from engine_rl import create_trainer
+from handlers.gradients import GradClipper
 from handlers.nan_guard import NaNGuard, NonFiniteError, first_non_finite
-from handlers.optim import GradClipper
 
 
 def _batch(n=4, reward=None, obs=None):
@@ -119,7 +119,7 @@ def test_stop_messages_name_the_step_batch_and_frames():
 def _skip_setup(scales, *, prioritized=True):
     """A DQN-like run: replay (prioritized), fused Adam, a clipper, a soft target update; the
     loss (and the TD errors it writes back) is multiplied by ``scales[optim step - 1]``."""
-    from engine_rl.optim import adam
+    from engine_rl.algos.optimizers import adam
     from engine_rl.replay import PrioritizedSampler, ReplayBuffer, UniformSampler
     from handlers import PriorityUpdater, ReplayExtender, ReplaySampler, TargetNetUpdater
 
@@ -183,7 +183,7 @@ def test_skip_without_named_parameters_drops_the_optimizers_gradients():
 
 
 def test_skip_count_is_checkpointed_and_published_on_resume():
-    from engine_rl.checkpoint import training_state
+    from engine_rl.run.checkpoint import training_state
 
     trainer, guard, *_ = _skip_setup([float("nan"), 1.0], prioritized=False)
     trainer.run(max_epochs=1)

@@ -7,9 +7,9 @@ from tensordict import TensorDict
 
 from engine_rl import RLEvents, create_trainer
 from engine_rl.algos.networks import mlp
+from engine_rl.algos.normalization import Normalizer, ReturnScaler
 from engine_rl.algos.policies import CategoricalActorCritic
 from engine_rl.collectors import GymCollector, make_vec_env
-from engine_rl.normalization import Normalizer, ReturnScaler
 from handlers.advantage import GAEAdvantage
 from handlers.normalization import ObservationNormalizer, RewardNormalizer
 from handlers.validation import ValidationRollout

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from ignite.engine import Events
 
 from engine_rl.recipes import RECIPES, Recipe
-from engine_rl.run_state import attached_objects
+from engine_rl.run.state import attached_objects
 from handlers import ValidationRollout
 
 __all__ = ["peaking_at", "scored_by_frames"]

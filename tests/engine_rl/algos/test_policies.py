@@ -8,6 +8,7 @@ from tensordict import TensorDict
 from torch.distributions import Categorical, Normal
 
 from engine_rl.algos.networks import mlp
+from engine_rl.algos.normalization import Normalizer
 from engine_rl.algos.policies import (
     CategoricalActorCritic,
     GaussianActor,
@@ -15,7 +16,6 @@ from engine_rl.algos.policies import (
     make_actor_critic,
     orthogonal_init_,
 )
-from engine_rl.normalization import Normalizer
 
 BOX4 = gym.spaces.Box(-1.0, 1.0, (4,))
 

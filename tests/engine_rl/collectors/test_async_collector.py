@@ -27,8 +27,8 @@ from torch import nn
 
 from engine_rl import RLEvents, create_trainer
 from engine_rl.algos import DQNLoss, QValuePolicy, mlp
+from engine_rl.algos.exploration import EpsilonGreedy
 from engine_rl.collectors import AsyncCollector, AsyncCollectorError, make_vec_env
-from engine_rl.exploration import EpsilonGreedy
 from engine_rl.recipes.base import RECIPES, get_recipe
 from engine_rl.replay import ReplayBuffer, SharedReplayBuffer
 from handlers import ReplaySampler, Throughput, WeightSync
@@ -344,7 +344,7 @@ SMALL = {"async_collection": True, "total_frames": 3_072, "learning_starts": 512
 
 
 def test_dqn_cartpole_async_runs_checkpoints_and_resumes(tmp_path):
-    from engine_rl.recipes.runner import make_config, train
+    from engine_rl.run.driver import make_config, train
 
     config = make_config("dqn-cartpole", SMALL)
     paused = train("dqn-cartpole", config, tmp_path, progress=False, checkpoint_every=2, until_frames=1_536)
@@ -361,9 +361,9 @@ def test_dqn_cartpole_async_runs_checkpoints_and_resumes(tmp_path):
 
 
 def test_killed_worker_mid_run_fails_the_run_cleanly_and_its_checkpoints_resume(tmp_path, monkeypatch):
-    from engine_rl.checkpoint import latest_checkpoint
     from engine_rl.recipes import dqn_cartpole
-    from engine_rl.recipes.runner import make_config, train
+    from engine_rl.run.checkpoint import latest_checkpoint
+    from engine_rl.run.driver import make_config, train
 
     build = dqn_cartpole.build_dqn
 
@@ -390,7 +390,7 @@ def test_killed_worker_mid_run_fails_the_run_cleanly_and_its_checkpoints_resume(
 @pytest.mark.ci
 def test_dqn_cartpole_async_learns():
     """Async DQN (seed 0, default config) reaches an eval return >= 200 within 90 s on the 2-core box."""
-    from engine_rl.recipes.runner import make_config
+    from engine_rl.run.driver import make_config
 
     torch.manual_seed(seed(0))
     setup = get_recipe("dqn-cartpole").build(make_config("dqn-cartpole", {"async_collection": True, "eval_every": 4,

@@ -10,7 +10,7 @@ import torch
 
 from engine_rl.collectors import GymCollector, make_vec_env
 from engine_rl.collectors.env_factory import callable_name, make_checked_env, resolve_callable
-from engine_rl.collectors.envs import env_spaces
+from engine_rl.collectors.gym_envs import env_spaces
 from support.user_envs import Corridor, DoorRoom, make_corridor
 
 

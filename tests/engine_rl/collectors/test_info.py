@@ -8,7 +8,7 @@ from tensordict import TensorDict
 
 from engine_rl import create_trainer
 from engine_rl.collectors import GymCollector
-from engine_rl.recipes.runner import make_config
+from engine_rl.run.driver import make_config
 from handlers import EpisodeStats
 
 LENGTH = 3  # every episode lasts 3 steps

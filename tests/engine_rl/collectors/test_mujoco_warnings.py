@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 from engine_rl.collectors import mujoco_warnings
-from engine_rl.collectors.envs import env_spaces, make_vec_env
+from engine_rl.collectors.gym_envs import env_spaces, make_vec_env
 from engine_rl.collectors.mujoco_warnings import MujocoWarning, route_for, route_mujoco_warnings
 
 mujoco = pytest.importorskip("mujoco")
@@ -50,7 +50,7 @@ def test_a_users_handler_is_kept(no_handler):
 
 
 def test_only_gymnasiums_mujoco_envs_are_routed(no_handler):
-    from engine_rl.collectors.envs import env_spec
+    from engine_rl.collectors.gym_envs import env_spec
 
     route_for(env_spec("CartPole-v1"))
     route_for(None)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine_rl.collectors import GymCollector, make_vec_env
-from engine_rl.collectors.envs import vec_env_spec
+from engine_rl.collectors.gym_envs import vec_env_spec
 from engine_rl.collectors.observations import observation_fields
 from engine_rl.replay import ReplayBuffer
 

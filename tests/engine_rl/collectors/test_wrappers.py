@@ -2,7 +2,7 @@ import gymnasium as gym
 import pytest
 
 from engine_rl.collectors import make_vec_env
-from engine_rl.collectors.envs import env_spaces
+from engine_rl.collectors.gym_envs import env_spaces
 from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers, wrapper_names
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import engine_rl.commands.train as train_command
-from engine_rl.checkpoint import CheckpointError, InferenceState
 from engine_rl.cli import main
-from engine_rl.recipes.runner import RunError
+from engine_rl.run.checkpoint import CheckpointError, InferenceState
+from engine_rl.run.driver import RunError
 
 T = ["train", "dqn-cartpole"]
 

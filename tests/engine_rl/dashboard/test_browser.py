@@ -20,7 +20,7 @@ ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
 
 
 def test_live_run_renders_in_chromium(tmp_path):
-    from engine_rl.recipes.runner import make_config, train
+    from engine_rl.run.driver import make_config, train
 
     out = tmp_path / "browser-run"
     cfg = make_config("dqn-cartpole", {"total_frames": 2048, "learning_starts": 512, "optim_steps_per_batch": 8,

@@ -13,11 +13,11 @@ import gymnasium as gym
 import pytest
 
 from engine_rl.cli import main
-from engine_rl.collectors import envs
-from engine_rl.collectors.envs import env_spec, is_atari_id
+from engine_rl.collectors import gym_envs
+from engine_rl.collectors.gym_envs import env_spec, is_atari_id
 from engine_rl.recipes import RECIPES, get_recipe
 from engine_rl.recipes.config import describe_config
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.run.driver import make_config, train
 
 TUPLE_OBS = ("the observation space is Tuple(Discrete(32), Discrete(11), Discrete(2)), which cannot be stored; each "
              "leaf must be a Box, Discrete, MultiBinary, 1-D MultiDiscrete, or a Dict of these; flatten it "
@@ -153,7 +153,7 @@ def test_every_default_config_passes_its_env_check_or_names_its_missing_extra(re
         config.check_env()
         return
     with pytest.raises(ValueError, match=f"^{type(config).__name__}: env_id '{re.escape(config.env_id)}' needs "
-                                         f"{re.escape(envs.EXTRAS[extra])}$"):
+                                         f"{re.escape(gym_envs.EXTRAS[extra])}$"):
         config.check_env()
 
 

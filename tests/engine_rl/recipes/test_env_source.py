@@ -11,7 +11,7 @@ from engine_rl.recipes import env_source
 from engine_rl.recipes.config import apply_overrides
 from engine_rl.recipes.env_source import EVAL_STEP_CAP, recipe_spaces, recipe_vec_env
 from engine_rl.recipes.ppo_cartpole import PPOConfig
-from engine_rl.recipes.runner import make_config, train
+from engine_rl.run.driver import make_config, train
 from support.user_envs import Corridor
 
 

@@ -8,7 +8,7 @@ import pytest
 import engine_rl.recipes.dqn_cartpole as dqn_module
 import engine_rl.recipes.ppo_cartpole as ppo_module
 import engine_rl.recipes.sac_pendulum as sac_module
-from engine_rl import memory
+from engine_rl import device as memory
 from engine_rl.recipes.dqn_cartpole import DQNConfig, build_dqn
 from engine_rl.recipes.memory_checks import announce_long_batches, check_sizes
 from engine_rl.recipes.ppo_cartpole import PPOConfig, build_ppo

@@ -5,7 +5,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from engine_rl import memory
+from engine_rl import device as memory
 from engine_rl.replay import ReplayBuffer, SharedReplayBuffer, TensorStorage
 from engine_rl.replay.storage import batch_rows, flatten_keys, nest_keys
 

@@ -4,7 +4,7 @@ Every recipe has a ``compile`` field (``--set compile=true``) that hands its los
 :func:`compile_loss` before building the trainer. On a GPU the loss is compiled with
 ``mode="reduce-overhead"`` (CUDA graphs, where compiled RL updates get their large gains); on a
 CPU with torch's default mode. The backward runs through the compiled graph as usual; the
-optimizer step stays ``torch.optim``'s (fused where available, :func:`engine_rl.optim.adam`).
+optimizer step stays ``torch.optim``'s (fused where available, :func:`engine_rl.algos.optimizers.adam`).
 
 A compiled loss computes the same maths in fused kernels: values agree with eager to float
 rounding, and random draws inside the loss (SAC's actions, TD3's smoothing noise) come from

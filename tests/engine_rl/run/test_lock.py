@@ -8,12 +8,12 @@ import textwrap
 
 import pytest
 
-from engine_rl.run_lock import LOCK_NAME, RunLock, RunLockError
+from engine_rl.run.lock import LOCK_NAME, RunLock, RunLockError
 
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from engine_rl.run_lock import RunLock
+    from engine_rl.run.lock import RunLock
     RunLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(120)

@@ -17,7 +17,9 @@ from ignite.handlers import Checkpoint, EarlyStopping
 from tensordict import TensorDict
 
 from engine_rl import create_trainer, training_state
-from engine_rl.checkpoint import (
+from engine_rl.collectors import make_vec_env
+from engine_rl.replay import PrioritizedSampler, ReplayBuffer
+from engine_rl.run.checkpoint import (
     INFERENCE_FORMAT,
     AtomicDiskSaver,
     CheckpointError,
@@ -32,8 +34,6 @@ from engine_rl.checkpoint import (
     remove_partial_files,
     restore,
 )
-from engine_rl.collectors import make_vec_env
-from engine_rl.replay import PrioritizedSampler, ReplayBuffer
 from handlers import EpisodeStats, ValidationRollout
 
 
@@ -148,7 +148,7 @@ def test_atomic_saver_refuses_unloadable_objects_before_writing_and_leaves_no_pa
             raise RuntimeError("disk full")
 
     check_weights_only({"ok": [1, (2.0, "x"), None, torch.zeros(1)]})
-    import engine_rl.checkpoint_writes as ck
+    import engine_rl.run.checkpoint_writes as ck
 
     original = ck.check_weights_only
     ck.check_weights_only = lambda *a, **k: None  # let the write itself fail midway
@@ -279,7 +279,7 @@ SAVE_BIG_BUFFER = textwrap.dedent(
     from ignite.engine import Engine
     from ignite.handlers import Checkpoint
     from tensordict import TensorDict
-    from engine_rl.checkpoint import AtomicDiskSaver, load_checkpoint
+    from engine_rl.run.checkpoint import AtomicDiskSaver, load_checkpoint
     from engine_rl.replay import ReplayBuffer
 
     def peak_mb():

@@ -3,8 +3,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+from engine_rl.algos.exploration import EpsilonGreedy, LinearSchedule
 from engine_rl.collectors import GymCollector, make_vec_env
-from engine_rl.exploration import EpsilonGreedy, LinearSchedule
 
 
 class Zeros(nn.Module):

@@ -1,7 +1,7 @@
 """Writing checkpoints safely: :class:`AtomicDiskSaver` (partial file, fsync, rename; rotation
 that deletes an old file only once the new one is in place) and :class:`SafeCheckpoint`
 (Ignite's ``Checkpoint`` that writes nothing from NaN/Inf weights, :func:`check_finite`).
-:mod:`engine_rl.checkpoint` re-exports everything here; see its docstring for the whole story.
+:mod:`engine_rl.run.checkpoint` re-exports everything here; see its docstring for the whole story.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def check_weights_only(obj: Any, *, where: str = "checkpoint") -> None:
         >>> check_weights_only({"opt": {"lr": np.float64(0.1)}})
         Traceback (most recent call last):
         ...
-        engine_rl.checkpoint_writes.CheckpointError: checkpoint: ['opt']['lr'] is a numpy.float64, which torch.load(weights_only=True) refuses; state_dicts must hold only tensors, numbers, strings and plain dicts/lists/tuples
+        engine_rl.run.checkpoint_writes.CheckpointError: checkpoint: ['opt']['lr'] is a numpy.float64, which torch.load(weights_only=True) refuses; state_dicts must hold only tensors, numbers, strings and plain dicts/lists/tuples
     """
     stack: list[tuple[str, Any]] = [("", obj)]
     while stack:
@@ -212,7 +212,7 @@ def check_finite(objects: Mapping[str, Any], *, where: str = "checkpoint") -> No
         >>> check_finite({"qnet": net}, where="checkpoint at frames 512")
         Traceback (most recent call last):
         ...
-        engine_rl.checkpoint_writes.CheckpointError: checkpoint at frames 512: not written: entry 'qnet' holds non-finite values in '0.weight' (1 NaN, 0 Inf of 4 values); the training state went non-finite before this checkpoint
+        engine_rl.run.checkpoint_writes.CheckpointError: checkpoint at frames 512: not written: entry 'qnet' holds non-finite values in '0.weight' (1 NaN, 0 Inf of 4 values); the training state went non-finite before this checkpoint
     """
     for key, obj in objects.items():
         for name, value in _checked_tensors(obj):
@@ -256,7 +256,7 @@ class SafeCheckpoint(Checkpoint):
         >>> checkpoint(trainer)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        engine_rl.checkpoint_writes.CheckpointError: checkpoint at step 2: not written: entry 'net' holds non-finite values in 'bias' (0 NaN, 1 Inf of 1 values); ...; the previous checkpoint, .../net_1.pt, is intact
+        engine_rl.run.checkpoint_writes.CheckpointError: checkpoint at step 2: not written: entry 'net' holds non-finite values in 'bias' (0 NaN, 1 Inf of 1 values); ...; the previous checkpoint, .../net_1.pt, is intact
     """
 
     def __init__(self, *args: Any, step_name: str = "step", **kwargs: Any) -> None:

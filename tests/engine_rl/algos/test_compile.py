@@ -2,7 +2,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from engine_rl.compile import CompiledLoss, compile_loss
+from engine_rl.algos.compile import CompiledLoss, compile_loss
 
 
 class MSE(torch.nn.Module):

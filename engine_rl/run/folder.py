@@ -1,7 +1,7 @@
 """The run folder (``--out``): its checks, its lock, whole-file writes, and what a resume keeps.
 
 :func:`open_run_folder` checks ``--out`` (not empty, not a file, creatable, writable), takes the
-folder's :class:`~engine_rl.run_lock.RunLock` on rank 0 and checks a resumed run's config
+folder's :class:`~engine_rl.run.lock.RunLock` on rank 0 and checks a resumed run's config
 against its ``config.json``. After a resume, :func:`drop_newer_checkpoints`,
 :func:`track_files_on_disk` and :func:`drop_untracked_best` make the checkpoint rotation start
 from the files on disk. Every problem is a :class:`RunError` naming the path and what is wrong.
@@ -19,9 +19,9 @@ from typing import Any
 import ignite.distributed as idist
 from ignite.handlers import Checkpoint
 
-from engine_rl.checkpoint import file_kind, list_checkpoints
 from engine_rl.collectors.env_factory import callable_name
-from engine_rl.run_lock import RunLock, RunLockError
+from engine_rl.run.checkpoint import file_kind, list_checkpoints
+from engine_rl.run.lock import RunLock, RunLockError
 
 __all__ = [
     "RunError", "check_out", "check_resume_source", "check_same_config", "config_record", "drop_newer_checkpoints",

@@ -3,7 +3,7 @@ import copy
 import pytest
 import torch
 
-from engine_rl.optim import adam
+from engine_rl.algos.optimizers import adam
 
 
 def _nets(seed=0):

@@ -11,7 +11,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
-from engine_rl.checkpoint import (
+from engine_rl.run.checkpoint import (
     AtomicDiskSaver,
     CheckpointError,
     InferenceState,

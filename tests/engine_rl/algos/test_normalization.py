@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_rl.normalization import Normalizer, ReturnScaler, RunningMeanStd, merge_moments
+from engine_rl.algos.normalization import Normalizer, ReturnScaler, RunningMeanStd, merge_moments
 
 
 def _roundtrip(state):

@@ -4,7 +4,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from engine_rl.collectors import make_vec_env, vec_env_spec
-from engine_rl.collectors.envs import env_spaces, env_spec
+from engine_rl.collectors.gym_envs import env_spaces, env_spec
 
 
 def test_default_mode_prefers_vector_entry_point():

@@ -1,7 +1,7 @@
 """What a resumable checkpoint holds besides your objects: RNG states, the trainer's metrics and
 the stateful handlers attached to the trainer and its evaluators.
 
-:func:`training_state` assembles the ``to_save`` mapping; :mod:`engine_rl.checkpoint` writes
+:func:`training_state` assembles the ``to_save`` mapping; :mod:`engine_rl.run.checkpoint` writes
 and reads it (and re-exports everything here).
 """
 

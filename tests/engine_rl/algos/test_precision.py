@@ -5,12 +5,12 @@ import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
-import engine_rl.precision as precision
+import engine_rl.algos.precision as precision
 from engine_rl import create_trainer
 from engine_rl.algos.actors import TanhGaussianActor
 from engine_rl.algos.networks import mlp
+from engine_rl.algos.precision import AutocastLoss, OutputLinear, compute_dtype
 from engine_rl.algos.sac import QEnsemble, SACLoss
-from engine_rl.precision import AutocastLoss, OutputLinear, compute_dtype
 
 BF16 = torch.bfloat16
 

@@ -14,8 +14,8 @@ from ignite.engine import Engine
 from ignite.engine.events import RemovableEventHandle
 from torch import nn
 
+from engine_rl.algos.gradients import grad_norm, non_finite_grads
 from engine_rl.events import RLEvents
-from engine_rl.gradients import grad_norm, non_finite_grads
 from handlers._attach import add_handler
 from handlers.nan_guard import NonFiniteError
 

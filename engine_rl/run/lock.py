@@ -17,7 +17,7 @@ Examples:
     >>> RunLock(folder).acquire()  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    engine_rl.run_lock.RunLockError: .../run.lock: the folder is in use by another run: process ... holds this lock (started ...); wait for it to end or use another --out
+    engine_rl.run.lock.RunLockError: .../run.lock: the folder is in use by another run: process ... holds this lock (started ...); wait for it to end or use another --out
     >>> lock.release()
     >>> with RunLock(folder):  # released: a new run takes it
     ...     pass

@@ -52,7 +52,7 @@ def common_checkpoint_step(ckpt_dir: str | Path) -> int | None:
 
     Ranks write their checkpoints independently, so a kill can leave rank 0 one checkpoint
     ahead of another rank: the resume then uses the previous one. Runs keep ``n_saved >= 2`` and
-    each rank's :class:`~engine_rl.checkpoint.AtomicDiskSaver` deletes its oldest file only after
+    each rank's :class:`~engine_rl.run.checkpoint.AtomicDiskSaver` deletes its oldest file only after
     the new one is complete, so every rank holds ``n_saved`` complete checkpoints at every moment
     and the previous step is still there. Partial files (``.NAME.partial``) do not count. Each
     rank lists only its own folder, so this works without a shared file system.
@@ -71,10 +71,10 @@ def common_checkpoint_step(ckpt_dir: str | Path) -> int | None:
 
 
 def rank_disk_saver(ckpt_dir: str | Path) -> Any:
-    """An :class:`~engine_rl.checkpoint.AtomicDiskSaver` writing this rank's checkpoints into
+    """An :class:`~engine_rl.run.checkpoint.AtomicDiskSaver` writing this rank's checkpoints into
     its :func:`rank_checkpoint_dir` (created now); it writes and deletes nothing on the other ranks
     (each rank has its own saver), and deletes an old file only after the new one is in place."""
-    from engine_rl.checkpoint import AtomicDiskSaver
+    from engine_rl.run.checkpoint import AtomicDiskSaver
 
     rank = idist.get_rank()
     folder = rank_checkpoint_dir(ckpt_dir, rank)

@@ -13,11 +13,11 @@ import pytest
 import torch
 from ignite.engine import Events
 
-from engine_rl.checkpoint import list_checkpoints, load_checkpoint
 from engine_rl.cli import main
 from engine_rl.recipes import RECIPES
-from engine_rl.recipes.runner import RunError, make_config, train
-from engine_rl.run_lock import LOCK_NAME, RunLock
+from engine_rl.run.checkpoint import list_checkpoints, load_checkpoint
+from engine_rl.run.driver import RunError, make_config, train
+from engine_rl.run.lock import LOCK_NAME, RunLock
 
 #: dqn-cartpole, 4 short batches, a checkpoint after each
 SMALL = ["--frames", "1024", "--set", "learning_starts=256", "--set", "optim_steps_per_batch=2", "--set", "hidden=(8,)",

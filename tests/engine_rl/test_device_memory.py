@@ -1,12 +1,12 @@
-"""engine_rl.memory: sizes from spaces and widths, the machine's memory, and a refusal naming the field."""
+"""engine_rl.device, memory: sizes from spaces and widths, the machine's memory, and a refusal naming the field."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from engine_rl import memory
-from engine_rl.memory import check_fits, device_memory, format_bytes, frame_nbytes, mlp_parameters, space_nbytes
+from engine_rl import device as memory
+from engine_rl.device import check_fits, device_memory, format_bytes, frame_nbytes, mlp_parameters, space_nbytes
 
 
 def test_sizes_of_spaces_frames_and_mlps():

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-import engine_rl.gradients as gradients
-from engine_rl.gradients import grad_norm, non_finite_grads
+import engine_rl.algos.gradients as gradients
+from engine_rl.algos.gradients import grad_norm, non_finite_grads
 
 
 def _params_with_grads(scale=10.0, seed=0, dtype=torch.float32):

@@ -1,6 +1,6 @@
 """Checkpoints: the complete resumable state of a run, written atomically, read back safely.
 
-- :func:`training_state` (defined in :mod:`engine_rl.run_state`) builds the ``to_save``
+- :func:`training_state` (defined in :mod:`engine_rl.run.state`) builds the ``to_save``
   mapping for Ignite's ``Checkpoint``: the trainer (counters), the objects you name (models,
   target nets, optimizers, LR schedulers, replay buffer, collector with its env state,
   normalizers), the stateful handlers attached to the trainer and to its evaluators (found
@@ -56,7 +56,7 @@ from typing import Any
 import torch
 from ignite.handlers import Checkpoint
 
-from engine_rl.checkpoint_writes import (
+from engine_rl.run.checkpoint_writes import (
     INFERENCE_FORMAT,
     AtomicDiskSaver,
     CheckpointError,
@@ -65,7 +65,7 @@ from engine_rl.checkpoint_writes import (
     check_finite,
     check_weights_only,
 )
-from engine_rl.run_state import EngineMetrics, RNGState, attached_objects, training_state
+from engine_rl.run.state import EngineMetrics, RNGState, attached_objects, training_state
 
 __all__ = [
     "AtomicDiskSaver",
@@ -131,7 +131,7 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         >>> load_checkpoint(path)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        engine_rl.checkpoint_writes.CheckpointError: checkpoint .../ck.pt: truncated or not a checkpoint (not a complete torch.save zip archive: File is not a zip file); ...
+        engine_rl.run.checkpoint_writes.CheckpointError: checkpoint .../ck.pt: truncated or not a checkpoint (not a complete torch.save zip archive: File is not a zip file); ...
     """
     path = Path(path)
     if not path.is_file():  # a FIFO would block the read, a device never end it

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine_rl.targets import HardUpdate, SoftUpdate, check_matching_modules
+from engine_rl.algos.targets import HardUpdate, SoftUpdate, check_matching_modules
 
 
 def _net(seed=0):

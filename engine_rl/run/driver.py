@@ -15,7 +15,9 @@ import torch
 from ignite.engine import Events
 from ignite.handlers import EarlyStopping
 
-from engine_rl.checkpoint import (
+from engine_rl.recipes.base import get_recipe
+from engine_rl.recipes.config import apply_overrides
+from engine_rl.run.checkpoint import (
     AtomicDiskSaver,
     InferenceState,
     SafeCheckpoint,
@@ -26,10 +28,7 @@ from engine_rl.checkpoint import (
     restore,
     training_state,
 )
-from engine_rl.distributed import rank_checkpoint_dir, rank_config, rank_disk_saver, resume_path
-from engine_rl.recipes.base import get_recipe
-from engine_rl.recipes.config import apply_overrides
-from engine_rl.recipes.run_folder import (
+from engine_rl.run.folder import (
     RunError,
     config_record,
     drop_newer_checkpoints,
@@ -41,7 +40,9 @@ from engine_rl.recipes.run_folder import (
     truncate_metrics,
     write_text,
 )
-from engine_rl.recipes.stored_config import CODE_FIELDS, check_stored_code, named_fields
+from engine_rl.run.launch import rank_config
+from engine_rl.run.rank_checkpoints import rank_checkpoint_dir, rank_disk_saver, resume_path
+from engine_rl.run.stored_config import CODE_FIELDS, check_stored_code, named_fields
 from handlers.distributed import AllReducedEpisodeStats, make_data_parallel
 from handlers.episodes import EpisodeStats, Throughput
 from handlers.metrics_log import MetricsLogger, json_number
@@ -82,7 +83,7 @@ def load_run_config(
     ``config.json`` is data: a ``make_env`` or a module-prefixed ``env_id`` in it (code to
     import and call) is refused before anything is made from it, unless ``overrides`` names that
     field again or ``trust_config`` (``--trust-config``) says the folder is trusted
-    (:mod:`engine_rl.recipes.stored_config`).
+    (:mod:`engine_rl.run.stored_config`).
 
     Raises:
         RunError: no ``config.json``, or one that cannot be read (naming the file and what is
@@ -131,7 +132,7 @@ def train(
     line: ``kind`` train/eval, ``frames``, ``optim_steps``, losses, metrics), ``checkpoints/``
     (the latest ``n_saved`` full checkpoints ``checkpoint_<frames>.pt``: every Ignite epoch or
     every ``checkpoint_every`` batches, and at the end; the complete state of
-    :func:`engine_rl.checkpoint.training_state`, written atomically, the oldest deleted only
+    :func:`engine_rl.run.checkpoint.training_state`, written atomically, the oldest deleted only
     after the new one is in place; load with ``torch.load(path, weights_only=True)``), ``best/``
     (an inference checkpoint of the policy with the best evaluation return so far,
     ``best_policy_<frames>_eval_return=<score>.pt``), ``inference.pt`` (inference checkpoint of
@@ -146,11 +147,11 @@ def train(
     With ``visdom`` (a server URL), the run is also plotted live there, in a visdom env named
     after ``out_dir``.
 
-    While it runs, ``out_dir/run.lock`` (:class:`engine_rl.run_lock.RunLock`) keeps a second run
+    While it runs, ``out_dir/run.lock`` (:class:`engine_rl.run.lock.RunLock`) keeps a second run
     out of the folder; it is released when the run ends, also on an error, and a lock left by a
     killed run is taken over with a warning. No checkpoint is written from a network or optimizer
     holding NaN/Inf, and a failed write (full disk, permission) leaves the previous checkpoint
-    intact: both raise :class:`~engine_rl.checkpoint.CheckpointError`, and the run resumes later.
+    intact: both raise :class:`~engine_rl.run.checkpoint.CheckpointError`, and the run resumes later.
 
     Args:
         resume: continue the run in ``out_dir`` from its newest checkpoint (``True``) or from
@@ -159,7 +160,7 @@ def train(
             checkpoint is loaded, ``metrics.jsonl`` is cut back to its frames and the checkpoints
             past them are deleted (resuming from an older file replaces what followed it). With
             no checkpoint yet (killed before the first), the run starts over, unless the folder
-            holds results that would be replaced (:func:`~engine_rl.recipes.run_folder.check_resume_source`).
+            holds results that would be replaced (:func:`~engine_rl.run.folder.check_resume_source`).
             A run killed after its last batch's frames but before its final evaluation, best
             policy, inference files or summary were written finishes them on resume: its final
             checkpoint is written after the final evaluation.
