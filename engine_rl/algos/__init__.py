@@ -3,7 +3,8 @@
 from engine_rl.algos.dqn import DQNLoss, QValuePolicy
 from engine_rl.algos.networks import mlp
 from engine_rl.algos.encoders import DictEncoder, NatureCNN, make_encoder
-from engine_rl.algos.actors import DeterministicActor, RandomWarmup, TanhGaussianActor
+from engine_rl.algos.actors import DeterministicActor, TanhGaussianActor
+from engine_rl.algos.exploration import EpsilonGreedy, GaussianNoise, LinearSchedule, RandomWarmup
 from engine_rl.algos.gae import gae
 from engine_rl.algos.policies import (
     ActorCritic,
@@ -14,10 +15,11 @@ from engine_rl.algos.policies import (
 )
 from engine_rl.algos.ppo import PPOLoss
 from engine_rl.algos.sac import QEnsemble, SACLoss
-from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
+from engine_rl.algos.td3 import TanhActor, TD3Loss
 
 __all__ = [
-    "ActorCritic", "CategoricalActorCritic", "DQNLoss", "DeterministicActor", "DictEncoder", "GaussianActor",
-    "GaussianActorCritic", "GaussianNoise", "NatureCNN", "PPOLoss", "QEnsemble", "QValuePolicy", "RandomWarmup",
-    "SACLoss", "TD3Loss", "TanhActor", "TanhGaussianActor", "gae", "make_actor_critic", "make_encoder", "mlp",
+    "ActorCritic", "CategoricalActorCritic", "DQNLoss", "DeterministicActor", "DictEncoder", "EpsilonGreedy",
+    "GaussianActor", "GaussianActorCritic", "GaussianNoise", "LinearSchedule", "NatureCNN", "PPOLoss", "QEnsemble",
+    "QValuePolicy", "RandomWarmup", "SACLoss", "TD3Loss", "TanhActor", "TanhGaussianActor", "gae",
+    "make_actor_critic", "make_encoder", "mlp",
 ]

@@ -1,5 +1,5 @@
-"""Continuous-action policies: a tanh-squashed Gaussian actor, its deterministic (mean) twin for
-evaluation, and a uniform random warm-up wrapper.
+"""Continuous-action policies: a tanh-squashed Gaussian actor and its deterministic (mean) twin for
+evaluation (the random warm-up that explores before them: :mod:`engine_rl.algos.exploration`).
 
 Action spaces. The actor works in the unit box ``[-1, 1]^d`` and writes ``"action"`` scaled to
 the env's bounds, ``action = bias + scale * tanh(u)`` with ``scale = (high - low) / 2`` and
@@ -27,10 +27,9 @@ import torch.nn.functional as F
 from tensordict import TensorDictBase
 from torch import nn
 
-from engine_rl.algos.exploration import SeededPolicyWrapper
 from engine_rl.algos.networks import mlp
 
-__all__ = ["DeterministicActor", "RandomWarmup", "TanhGaussianActor", "box_bounds"]
+__all__ = ["DeterministicActor", "TanhGaussianActor", "box_bounds"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _LOG_2 = math.log(2.0)
@@ -247,77 +246,3 @@ class DeterministicActor(nn.Module):
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         td.set("action", self.actor.scale(self.actor.mean_action(td["observation"])))
         return td
-
-
-class RandomWarmup(SeededPolicyWrapper):
-    """Act uniformly at random within the bounds for the first ``frames`` frames, then delegate.
-
-    Stable-Baselines3 fills its buffer with uniform random actions before ``learning_starts``;
-    this wrapper does the same without touching the collector. During the warm-up it writes only
-    ``"action"`` (the wrapped policy is not called); afterwards the wrapped policy acts. Every
-    call counts ``td.batch_size.numel()`` frames; a call starting inside the warm-up is random
-    for all its rows. Draws come from the wrapper's own CPU generator; the frame count and the
-    generator state are saved by :meth:`state_dict` (as extra state: an int and a uint8 tensor).
-
-    Args:
-        policy: the policy used after the warm-up (it writes ``"action"``).
-        low: lower action bounds ``[action_dim]``.
-        high: upper action bounds ``[action_dim]``.
-        frames: warm-up length in frames (0: never random).
-        seed: generator seed; ``None``: drawn from torch's global generator.
-
-    Examples:
-        >>> from tensordict import TensorDict
-        >>> def zero(td):
-        ...     return td.set("action", torch.zeros(*td.batch_size, 1))
-        >>> warm = RandomWarmup(zero, low=[-2.0], high=[2.0], frames=4, seed=0)
-        >>> first = warm(TensorDict({"observation": torch.zeros(4, 3)}, [4]))["action"]
-        >>> bool((first != 0).all() and (first.abs() <= 2).all()), warm.frames, warm.warming_up
-        (True, 4, False)
-        >>> warm(TensorDict({"observation": torch.zeros(4, 3)}, [4]))["action"].abs().sum().item(), warm.frames
-        (0.0, 8)
-    """
-
-    def __init__(
-        self,
-        policy: Any,
-        *,
-        low: torch.Tensor | Sequence[float],
-        high: torch.Tensor | Sequence[float],
-        frames: int,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(seed=seed)
-        if not callable(policy):
-            raise TypeError(f"RandomWarmup: policy must be callable, got {type(policy).__name__}")
-        if isinstance(frames, bool) or not isinstance(frames, int) or frames < 0:
-            raise ValueError(f"RandomWarmup: frames must be a non-negative int, got {frames!r}")
-        low_t = torch.as_tensor(low, dtype=torch.float32).reshape(-1)
-        high_t = torch.as_tensor(high, dtype=torch.float32).reshape(-1)
-        if low_t.shape != high_t.shape or not bool((high_t >= low_t).all()):
-            raise ValueError(
-                f"RandomWarmup: low and high must have the same shape with high >= low, got "
-                f"low={low_t.tolist()}, high={high_t.tolist()}"
-            )
-        self.policy = policy
-        self.warmup_frames = frames
-        self.register_buffer("low", low_t, persistent=False)
-        self.register_buffer("span", high_t - low_t, persistent=False)
-
-    @property
-    def warming_up(self) -> bool:
-        """Whether the next call acts at random."""
-        return self.frames < self.warmup_frames
-
-    def forward(self, td: TensorDictBase) -> TensorDictBase:
-        warming_up = self.frames < self.warmup_frames
-        self.frames += td.batch_size.numel()
-        if not warming_up:
-            out = self.policy(td)
-            return td if out is None else out
-        u = torch.rand((*td.batch_size, self.low.numel()), generator=self._generator)
-        td.set("action", torch.addcmul(self.low, self.span, u.to(self.low.device)))
-        return td
-
-    def extra_repr(self) -> str:
-        return f"warmup_frames={self.warmup_frames}, frames={self.frames}"

@@ -1,16 +1,28 @@
-"""Exploration: a linear schedule and an epsilon-greedy wrapper around any discrete policy."""
+"""Exploration: how the policy that collects departs from the policy being learned.
+
+Each is a wrapper around a policy, with its own CPU generator and frame count saved in its
+``state_dict`` (:class:`SeededPolicyWrapper`), so a resumed run explores as the first would have:
+
+- :class:`EpsilonGreedy`: a uniform random discrete action with probability ``eps``, annealed
+  along a :class:`LinearSchedule` (DQN);
+- :class:`RandomWarmup`: uniform random actions within a Box's bounds for the first frames (SAC
+  and TD3 fill their replay this way before learning starts);
+- :class:`GaussianNoise`: ``N(0, std)`` added to a deterministic actor's action in the unit box (TD3).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from engine_rl.algos.td3 import TanhActor
 from engine_rl.keys import present_keys
 
-__all__ = ["EpsilonGreedy", "LinearSchedule", "SeededPolicyWrapper"]
+__all__ = ["EpsilonGreedy", "GaussianNoise", "LinearSchedule", "RandomWarmup", "SeededPolicyWrapper"]
 
 
 class LinearSchedule:
@@ -150,3 +162,120 @@ class EpsilonGreedy(SeededPolicyWrapper):
 
     def extra_repr(self) -> str:
         return f"num_actions={self.num_actions}, schedule={self.schedule!r}, frames={self.frames}"
+
+
+class RandomWarmup(SeededPolicyWrapper):
+    """Act uniformly at random within the bounds for the first ``frames`` frames, then delegate.
+
+    Stable-Baselines3 fills its buffer with uniform random actions before ``learning_starts``;
+    this wrapper does the same without touching the collector. During the warm-up it writes only
+    ``"action"`` (the wrapped policy is not called); afterwards the wrapped policy acts. Every
+    call counts ``td.batch_size.numel()`` frames; a call starting inside the warm-up is random
+    for all its rows. Draws come from the wrapper's own CPU generator; the frame count and the
+    generator state are saved by :meth:`state_dict` (as extra state: an int and a uint8 tensor).
+
+    Args:
+        policy: the policy used after the warm-up (it writes ``"action"``).
+        low: lower action bounds ``[action_dim]``.
+        high: upper action bounds ``[action_dim]``.
+        frames: warm-up length in frames (0: never random).
+        seed: generator seed; ``None``: drawn from torch's global generator.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> def zero(td):
+        ...     return td.set("action", torch.zeros(*td.batch_size, 1))
+        >>> warm = RandomWarmup(zero, low=[-2.0], high=[2.0], frames=4, seed=0)
+        >>> first = warm(TensorDict({"observation": torch.zeros(4, 3)}, [4]))["action"]
+        >>> bool((first != 0).all() and (first.abs() <= 2).all()), warm.frames, warm.warming_up
+        (True, 4, False)
+        >>> warm(TensorDict({"observation": torch.zeros(4, 3)}, [4]))["action"].abs().sum().item(), warm.frames
+        (0.0, 8)
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        low: torch.Tensor | Sequence[float],
+        high: torch.Tensor | Sequence[float],
+        frames: int,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(seed=seed)
+        if not callable(policy):
+            raise TypeError(f"RandomWarmup: policy must be callable, got {type(policy).__name__}")
+        if isinstance(frames, bool) or not isinstance(frames, int) or frames < 0:
+            raise ValueError(f"RandomWarmup: frames must be a non-negative int, got {frames!r}")
+        low_t = torch.as_tensor(low, dtype=torch.float32).reshape(-1)
+        high_t = torch.as_tensor(high, dtype=torch.float32).reshape(-1)
+        if low_t.shape != high_t.shape or not bool((high_t >= low_t).all()):
+            raise ValueError(
+                f"RandomWarmup: low and high must have the same shape with high >= low, got "
+                f"low={low_t.tolist()}, high={high_t.tolist()}"
+            )
+        self.policy = policy
+        self.warmup_frames = frames
+        self.register_buffer("low", low_t, persistent=False)
+        self.register_buffer("span", high_t - low_t, persistent=False)
+
+    @property
+    def warming_up(self) -> bool:
+        """Whether the next call acts at random."""
+        return self.frames < self.warmup_frames
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        warming_up = self.frames < self.warmup_frames
+        self.frames += td.batch_size.numel()
+        if not warming_up:
+            out = self.policy(td)
+            return td if out is None else out
+        u = torch.rand((*td.batch_size, self.low.numel()), generator=self._generator)
+        td.set("action", torch.addcmul(self.low, self.span, u.to(self.low.device)))
+        return td
+
+    def extra_repr(self) -> str:
+        return f"warmup_frames={self.warmup_frames}, frames={self.frames}"
+
+
+class GaussianNoise(SeededPolicyWrapper):
+    """Exploration for a :class:`~engine_rl.algos.td3.TanhActor`: add ``N(0, std)`` in the unit box, then clip.
+
+    ``action = scale(clip(unit_action + std * eps, -1, 1))`` with ``eps`` from the wrapper's own
+    generator (saved in its ``state_dict`` with the frame count), as Stable-Baselines3 adds its
+    action noise to the actor's ``[-1, 1]`` output.
+
+    Args:
+        actor: the :class:`~engine_rl.algos.td3.TanhActor` to perturb.
+        std: noise standard deviation in unit-box units (rl-zoo's TD3 Pendulum: 0.1).
+        seed: generator seed (``None``: drawn from torch's global generator).
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> from tensordict import TensorDict
+        >>> actor = TanhActor.build(3, gym.spaces.Box(-2.0, 2.0, (1,)), hidden=(8,))
+        >>> noisy = GaussianNoise(actor, std=0.5, seed=0)
+        >>> obs = TensorDict({"observation": torch.zeros(6, 3)}, [6])
+        >>> a, b = noisy(obs.clone())["action"], actor(obs.clone())["action"]
+        >>> bool((a != b).any()), bool(a.abs().max() <= 2.0), noisy.frames
+        (True, True, 6)
+    """
+
+    def __init__(self, actor: TanhActor, *, std: float, seed: int | None = None) -> None:
+        super().__init__(seed=seed)
+        if not isinstance(actor, TanhActor):
+            raise TypeError(f"GaussianNoise: actor must be a TanhActor, got {type(actor).__name__}")
+        if isinstance(std, bool) or not isinstance(std, (int, float)) or std < 0:
+            raise ValueError(f"GaussianNoise: std must be a non-negative number, got {std!r}")
+        self.actor = actor
+        self.std = float(std)
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        self.frames += td.batch_size.numel()
+        unit = self.actor.unit_action(td["observation"])
+        eps = torch.randn(unit.shape, generator=self._generator).to(unit.device)
+        td.set("action", self.actor.scale((unit + self.std * eps).clamp(-1.0, 1.0)))
+        return td
+
+    def extra_repr(self) -> str:
+        return f"std={self.std}"

@@ -30,10 +30,9 @@ from torch import nn
 
 from engine_rl.algos.actors import box_bounds
 from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
-from engine_rl.algos.exploration import SeededPolicyWrapper
 from engine_rl.algos.networks import mlp
 
-__all__ = ["GaussianNoise", "TanhActor", "TD3Loss"]
+__all__ = ["TanhActor", "TD3Loss"]
 
 
 class TanhActor(nn.Module):
@@ -41,8 +40,8 @@ class TanhActor(nn.Module):
 
     Called on a TensorDict it writes ``"action"`` in the env's bounds; :meth:`unit_action` gives
     the action in ``[-1, 1]`` (what the critics see); :meth:`scale` and :meth:`unscale` convert.
-    Exploration noise is a separate wrapper (:class:`GaussianNoise`), so this module is also the
-    evaluation policy.
+    Exploration noise is a separate wrapper (:class:`~engine_rl.algos.exploration.GaussianNoise`),
+    so this module is also the evaluation policy.
 
     Args:
         net: maps observations ``[..., obs_dim]`` to ``[..., action_dim]`` (pre-tanh).
@@ -101,48 +100,6 @@ class TanhActor(nn.Module):
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         td.set("action", self.scale(self.unit_action(td["observation"])))
         return td
-
-
-class GaussianNoise(SeededPolicyWrapper):
-    """Exploration for a :class:`TanhActor`: add ``N(0, std)`` in the unit box, then clip.
-
-    ``action = scale(clip(unit_action + std * eps, -1, 1))`` with ``eps`` from the wrapper's own
-    generator (saved in its ``state_dict`` with the frame count), as Stable-Baselines3 adds its
-    action noise to the actor's ``[-1, 1]`` output.
-
-    Args:
-        actor: the :class:`TanhActor` to perturb.
-        std: noise standard deviation in unit-box units (rl-zoo's TD3 Pendulum: 0.1).
-        seed: generator seed (``None``: drawn from torch's global generator).
-
-    Examples:
-        >>> import gymnasium as gym
-        >>> actor = TanhActor.build(3, gym.spaces.Box(-2.0, 2.0, (1,)), hidden=(8,))
-        >>> noisy = GaussianNoise(actor, std=0.5, seed=0)
-        >>> obs = TensorDict({"observation": torch.zeros(6, 3)}, [6])
-        >>> a, b = noisy(obs.clone())["action"], actor(obs.clone())["action"]
-        >>> bool((a != b).any()), bool(a.abs().max() <= 2.0), noisy.frames
-        (True, True, 6)
-    """
-
-    def __init__(self, actor: TanhActor, *, std: float, seed: int | None = None) -> None:
-        super().__init__(seed=seed)
-        if not isinstance(actor, TanhActor):
-            raise TypeError(f"GaussianNoise: actor must be a TanhActor, got {type(actor).__name__}")
-        if isinstance(std, bool) or not isinstance(std, (int, float)) or std < 0:
-            raise ValueError(f"GaussianNoise: std must be a non-negative number, got {std!r}")
-        self.actor = actor
-        self.std = float(std)
-
-    def forward(self, td: TensorDictBase) -> TensorDictBase:
-        self.frames += td.batch_size.numel()
-        unit = self.actor.unit_action(td["observation"])
-        eps = torch.randn(unit.shape, generator=self._generator).to(unit.device)
-        td.set("action", self.actor.scale((unit + self.std * eps).clamp(-1.0, 1.0)))
-        return td
-
-    def extra_repr(self) -> str:
-        return f"std={self.std}"
 
 
 class TD3Loss(nn.Module):

@@ -19,7 +19,8 @@ from typing import ClassVar
 
 import torch
 
-from engine_rl.algos.actors import RandomWarmup, TanhGaussianActor
+from engine_rl.algos.actors import TanhGaussianActor
+from engine_rl.algos.exploration import RandomWarmup
 from engine_rl.algos.optimizers import adam
 from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.device import config_devices

@@ -18,10 +18,10 @@ from typing import ClassVar
 
 import torch
 
-from engine_rl.algos.actors import RandomWarmup
+from engine_rl.algos.exploration import GaussianNoise, RandomWarmup
 from engine_rl.algos.optimizers import adam
 from engine_rl.algos.sac import QEnsemble
-from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
+from engine_rl.algos.td3 import TanhActor, TD3Loss
 from engine_rl.device import config_devices
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import EnvNeeds, FieldChecks

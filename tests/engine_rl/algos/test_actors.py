@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from engine_rl.algos.actors import DeterministicActor, RandomWarmup, TanhGaussianActor, box_bounds
+from engine_rl.algos.actors import DeterministicActor, TanhGaussianActor, box_bounds
 
 
 class ConstantHead(nn.Module):
@@ -153,49 +153,3 @@ def test_actor_state_dict_round_trips_with_weights_only():
     other.load_state_dict(torch.load(buf, weights_only=True))
     obs = torch.randn(4, 3)
     torch.testing.assert_close(other.mean_action(obs), actor.mean_action(obs))
-
-
-class Recorder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, td):
-        self.calls += 1
-        return td.set("action", torch.full((*td.batch_size, 2), 0.5))
-
-
-def test_random_warmup_is_uniform_in_bounds_then_delegates():
-    inner = Recorder()
-    warm = RandomWarmup(inner, low=[-2.0, 0.0], high=[2.0, 5.0], frames=3000, seed=0)
-    actions = torch.cat([warm(_obs(1000))["action"] for _ in range(3)])
-    assert inner.calls == 0 and warm.frames == 3000 and not warm.warming_up
-    assert bool((actions[:, 0] >= -2).all() and (actions[:, 0] <= 2).all())
-    assert bool((actions[:, 1] >= 0).all() and (actions[:, 1] <= 5).all())
-    torch.testing.assert_close(actions.mean(0), torch.tensor([0.0, 2.5]), atol=0.1, rtol=0)
-    torch.testing.assert_close(actions.var(0), torch.tensor([16 / 12, 25 / 12]), atol=0.1, rtol=0)  # uniform variance
-    assert torch.equal(warm(_obs(4))["action"], torch.full((4, 2), 0.5))
-    assert inner.calls == 1 and warm.frames == 3004
-
-
-def test_random_warmup_zero_frames_never_randomizes_and_checks_arguments():
-    inner = Recorder()
-    assert torch.equal(RandomWarmup(inner, low=[0.0, 0.0], high=[1.0, 1.0], frames=0)(_obs(2))["action"],
-                       torch.full((2, 2), 0.5))
-    with pytest.raises(ValueError, match="RandomWarmup: frames must be a non-negative int, got -1"):
-        RandomWarmup(inner, low=[0.0], high=[1.0], frames=-1)
-    with pytest.raises(TypeError, match="RandomWarmup: policy must be callable"):
-        RandomWarmup(3, low=[0.0], high=[1.0], frames=1)
-
-
-def test_random_warmup_state_round_trip_reproduces_future_draws():
-    warm = RandomWarmup(Recorder(), low=[-1.0, -1.0], high=[1.0, 1.0], frames=100, seed=3)
-    warm(_obs(10))
-    buf = io.BytesIO()
-    torch.save(warm.state_dict(), buf)
-    buf.seek(0)
-    expected = warm(_obs(10))["action"]
-    other = RandomWarmup(Recorder(), low=[-1.0, -1.0], high=[1.0, 1.0], frames=100, seed=99)
-    other.load_state_dict(torch.load(buf, weights_only=True))
-    assert other.frames == 10
-    assert torch.equal(other(_obs(10))["action"], expected)

@@ -1,9 +1,14 @@
+import io
+
+import gymnasium as gym
 import pytest
 import torch
 from tensordict import TensorDict
 from torch import nn
 
-from engine_rl.algos.exploration import EpsilonGreedy, LinearSchedule
+import engine_rl.algos as algos
+from engine_rl.algos.exploration import EpsilonGreedy, GaussianNoise, LinearSchedule, RandomWarmup
+from engine_rl.algos.td3 import TanhActor
 from engine_rl.collectors import GymCollector, make_vec_env
 
 
@@ -118,3 +123,88 @@ def test_actions_on_cuda():
 
     out = EpsilonGreedy(greedy, num_actions=3, eps_start=1.0, eps_end=1.0, seed=0)(obs_td(300))
     assert out["action"].device.type == "cuda" and set(out["action"].unique().tolist()) == {0, 1, 2}
+
+
+# -- the SAC/TD3 random warm-up ------------------------------------------------------------
+
+class Recorder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, td):
+        self.calls += 1
+        return td.set("action", torch.full((*td.batch_size, 2), 0.5))
+
+
+def test_random_warmup_is_uniform_in_bounds_then_delegates():
+    inner = Recorder()
+    warm = RandomWarmup(inner, low=[-2.0, 0.0], high=[2.0, 5.0], frames=3000, seed=0)
+    actions = torch.cat([warm(obs_td(1000))["action"] for _ in range(3)])
+    assert inner.calls == 0 and warm.frames == 3000 and not warm.warming_up
+    assert bool((actions[:, 0] >= -2).all() and (actions[:, 0] <= 2).all())
+    assert bool((actions[:, 1] >= 0).all() and (actions[:, 1] <= 5).all())
+    torch.testing.assert_close(actions.mean(0), torch.tensor([0.0, 2.5]), atol=0.1, rtol=0)
+    torch.testing.assert_close(actions.var(0), torch.tensor([16 / 12, 25 / 12]), atol=0.1, rtol=0)  # uniform variance
+    assert torch.equal(warm(obs_td(4))["action"], torch.full((4, 2), 0.5))
+    assert inner.calls == 1 and warm.frames == 3004
+
+
+def test_random_warmup_zero_frames_never_randomizes_and_checks_arguments():
+    inner = Recorder()
+    assert torch.equal(RandomWarmup(inner, low=[0.0, 0.0], high=[1.0, 1.0], frames=0)(obs_td(2))["action"],
+                       torch.full((2, 2), 0.5))
+    with pytest.raises(ValueError, match="RandomWarmup: frames must be a non-negative int, got -1"):
+        RandomWarmup(inner, low=[0.0], high=[1.0], frames=-1)
+    with pytest.raises(TypeError, match="RandomWarmup: policy must be callable"):
+        RandomWarmup(3, low=[0.0], high=[1.0], frames=1)
+
+
+def test_random_warmup_state_round_trip_reproduces_future_draws():
+    warm = RandomWarmup(Recorder(), low=[-1.0, -1.0], high=[1.0, 1.0], frames=100, seed=3)
+    warm(obs_td(10))
+    buf = io.BytesIO()
+    torch.save(warm.state_dict(), buf)
+    buf.seek(0)
+    expected = warm(obs_td(10))["action"]
+    other = RandomWarmup(Recorder(), low=[-1.0, -1.0], high=[1.0, 1.0], frames=100, seed=99)
+    other.load_state_dict(torch.load(buf, weights_only=True))
+    assert other.frames == 10
+    assert torch.equal(other(obs_td(10))["action"], expected)
+
+
+# -- TD3's Gaussian action noise -----------------------------------------------------------
+
+def _tanh_actor():
+    torch.manual_seed(0)
+    return TanhActor.build(3, gym.spaces.Box(-2.0, 2.0, (1,)), hidden=(8,))
+
+
+def test_gaussian_noise_perturbs_in_the_unit_box_clips_and_replays_from_its_state():
+    actor = _tanh_actor()
+    obs = TensorDict({"observation": torch.randn(64, 3)}, [64])
+    quiet = GaussianNoise(actor, std=0.0, seed=0)
+    torch.testing.assert_close(quiet(obs.clone())["action"], actor(obs.clone())["action"])
+    loud = GaussianNoise(actor, std=10.0, seed=0)
+    state = loud.state_dict()
+    first = loud(obs.clone())["action"]
+    assert first.abs().max() == 2.0 and (first.abs() == 2.0).float().mean() > 0.5  # clipped at the bounds
+    noisy = GaussianNoise(actor, std=0.1, seed=3)
+    deltas = (actor.unscale(noisy(obs.clone())["action"]) - actor.unit_action(obs["observation"])).detach()
+    assert 0.07 < float(deltas.std()) < 0.13  # std in unit-box units
+    loud.load_state_dict(state)
+    torch.testing.assert_close(loud(obs.clone())["action"], first)
+    assert loud.frames == 64
+    with pytest.raises(ValueError, match="GaussianNoise: std must be a non-negative number, got -1"):
+        GaussianNoise(actor, std=-1)
+    with pytest.raises(TypeError, match="GaussianNoise: actor must be a TanhActor, got Linear"):
+        GaussianNoise(nn.Linear(3, 1), std=0.1)
+
+
+def test_every_exploration_wrapper_is_one_module_and_exported_from_algos():
+    import engine_rl.algos.exploration as exploration
+
+    for cls in (EpsilonGreedy, RandomWarmup, GaussianNoise, LinearSchedule):
+        assert cls.__module__ == "engine_rl.algos.exploration" and getattr(algos, cls.__name__) is cls
+    assert set(exploration.__all__) == {"EpsilonGreedy", "GaussianNoise", "LinearSchedule", "RandomWarmup",
+                                        "SeededPolicyWrapper"}

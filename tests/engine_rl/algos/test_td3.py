@@ -5,7 +5,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from engine_rl.algos.sac import QEnsemble
-from engine_rl.algos.td3 import GaussianNoise, TanhActor, TD3Loss
+from engine_rl.algos.td3 import TanhActor, TD3Loss
 
 BOX = gym.spaces.Box(-2.0, 2.0, (1,))
 
@@ -58,27 +58,6 @@ def test_actor_scales_to_the_bounds_and_back():
         TanhActor.build(3, gym.spaces.Discrete(2))
     with pytest.raises(ValueError, match="TanhActor: need low and high of the same non-empty shape with high > low"):
         TanhActor(nn.Linear(3, 1), low=[1.0], high=[1.0])
-
-
-def test_gaussian_noise_perturbs_in_the_unit_box_clips_and_replays_from_its_state():
-    actor = _actor()
-    obs = TensorDict({"observation": torch.randn(64, 3)}, [64])
-    quiet = GaussianNoise(actor, std=0.0, seed=0)
-    torch.testing.assert_close(quiet(obs.clone())["action"], actor(obs.clone())["action"])
-    loud = GaussianNoise(actor, std=10.0, seed=0)
-    state = loud.state_dict()
-    first = loud(obs.clone())["action"]
-    assert first.abs().max() == 2.0 and (first.abs() == 2.0).float().mean() > 0.5  # clipped at the bounds
-    noisy = GaussianNoise(actor, std=0.1, seed=3)
-    deltas = (actor.unscale(noisy(obs.clone())["action"]) - actor.unit_action(obs["observation"])).detach()
-    assert 0.07 < float(deltas.std()) < 0.13  # std in unit-box units
-    loud.load_state_dict(state)
-    torch.testing.assert_close(loud(obs.clone())["action"], first)
-    assert loud.frames == 64
-    with pytest.raises(ValueError, match="GaussianNoise: std must be a non-negative number, got -1"):
-        GaussianNoise(actor, std=-1)
-    with pytest.raises(TypeError, match="GaussianNoise: actor must be a TanhActor, got Linear"):
-        GaussianNoise(nn.Linear(3, 1), std=0.1)
 
 
 def test_critic_target_by_hand_min_of_the_target_critics_and_termination():
