@@ -1,4 +1,4 @@
-"""Shared wiring for the handlers: validate ``every`` and register a callback on an event, once
+"""Shared wiring for the handlers: register a callback on an event, every ``every`` times, once
 where a second registration would corrupt data."""
 
 from __future__ import annotations
@@ -10,17 +10,12 @@ from typing import Any
 from ignite.engine import Engine
 from ignite.engine.events import CallableEventWithFilter, RemovableEventHandle
 
-__all__ = ["add_handler", "check_every"]
+from engine_rl.checks import positive_int
+
+__all__ = ["add_handler"]
 
 #: Per engine, the exclusive registrations made by ``add_handler``: ``(owner, exclusive, callback)``.
 _EXCLUSIVE: weakref.WeakKeyDictionary[Engine, list[tuple[str, Any, Callable]]] = weakref.WeakKeyDictionary()
-
-
-def check_every(every: Any, *, owner: str) -> int:
-    """Return ``every`` if it is a positive int; raise a ``ValueError`` naming ``owner`` otherwise."""
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"{owner}: argument every must be a positive int, got {every!r}")
-    return every
 
 
 def add_handler(
@@ -60,7 +55,7 @@ def add_handler(
     """
     if not isinstance(engine, Engine):
         raise TypeError(f"{owner}.attach: argument engine must be an ignite Engine, got {type(engine).__name__}")
-    every = check_every(every, owner=owner)
+    every = positive_int(every, name="argument every", owner=owner)
     if every > 1:
         if not isinstance(event, CallableEventWithFilter) or getattr(event, "filter", None) is not None:
             raise ValueError(

@@ -19,6 +19,7 @@ from ignite.engine.events import RemovableEventHandle
 from tensordict import TensorDictBase
 
 from engine_rl.algos.gae import gae
+from engine_rl.checks import fail, is_number
 from engine_rl.events import RLEvents
 from engine_rl.keys import require_keys
 from handlers._attach import add_handler
@@ -82,8 +83,8 @@ class GAEAdvantage:
         if not callable(value_fn):
             raise TypeError(f"GAEAdvantage: argument value_fn must be callable, got {type(value_fn).__name__}")
         for name, value in (("gamma", gamma), ("lmbda", lmbda)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"GAEAdvantage: argument {name} must be in [0, 1], got {value!r}")
+            if not (is_number(value) and 0.0 <= value <= 1.0):
+                fail(value, "in [0, 1]", name=f"argument {name}", owner="GAEAdvantage")
         self.value_fn = value_fn
         self.gamma = float(gamma)
         self.lmbda = float(lmbda)

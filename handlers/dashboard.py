@@ -23,6 +23,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers.base_logger import BaseHandler
 from ignite.handlers.visdom_logger import VisdomLogger
 
+from engine_rl.checks import positive_int
 from engine_rl.dashboard.client import DEFAULT_URL, make_client
 from engine_rl.dashboard.layout import plot_rows, window_opts
 from engine_rl.dashboard.poster import BackgroundPoster, Call
@@ -249,8 +250,7 @@ def attach_dashboard(
         raise TypeError(
             f"attach_dashboard: argument evaluator must be an ignite Engine or None, got {type(evaluator).__name__}"
         )
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ValueError(f"attach_dashboard: argument every must be a positive int, got {every!r}")
+    every = positive_int(every, name="argument every", owner="attach_dashboard")
     if optimizers is None:
         optimizers = getattr(trainer, "optimizers", ())
     logger = DashboardLogger(server, env=env, timeout=timeout, interval=interval, client=client)

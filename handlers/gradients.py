@@ -15,6 +15,7 @@ from ignite.engine.events import RemovableEventHandle
 from torch import nn
 
 from engine_rl.algos.gradients import grad_norm, non_finite_grads
+from engine_rl.checks import positive_number
 from engine_rl.events import RLEvents
 from handlers._attach import add_handler
 from handlers.nan_guard import NonFiniteError
@@ -94,8 +95,8 @@ class GradClipper:
                 f"max_value={max_value!r}"
             )
         for name, value in (("max_norm", max_norm), ("max_value", max_value), ("norm_type", norm_type)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-                raise ValueError(f"GradClipper: argument {name} must be a positive number, got {value!r}")
+            if value is not None:
+                positive_number(value, name=f"argument {name}", owner="GradClipper")
         self.named_parameters = named
         self.parameters = [p for _, p in named]
         self.max_norm = max_norm

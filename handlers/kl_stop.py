@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from ignite.engine import Engine
 
+from engine_rl.checks import positive_number
 from engine_rl.events import RLEvents
 
 __all__ = ["KLEarlyStop", "kl_exceeded"]
@@ -56,11 +57,8 @@ class KLEarlyStop:
     """
 
     def __init__(self, target_kl: float, *, factor: float = 1.5, key: str = "approx_kl") -> None:
-        for name, value in (("target_kl", target_kl), ("factor", factor)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"KLEarlyStop: argument {name} must be a positive number, got {value!r}")
-        self.target_kl = float(target_kl)
-        self.factor = float(factor)
+        self.target_kl = positive_number(target_kl, name="argument target_kl", owner="KLEarlyStop")
+        self.factor = positive_number(factor, name="argument factor", owner="KLEarlyStop")
         self.key = key
         self._exceeded = False
         self._epochs = 0

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from ignite.engine import Engine, Events
 
+from engine_rl.checks import positive_int
 from handlers._attach import add_handler
 
 __all__ = ["MetricsLogger", "json_number"]
@@ -110,8 +111,7 @@ class MetricsLogger:
         (``state.metrics["episodes_ended"] > 0``, from :class:`handlers.EpisodeStats`) is logged
         too, so the log still holds the return of every training episode.
         """
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"MetricsLogger: argument every must be a positive int, got {every!r}")
+        every = positive_int(every, name="argument every", owner="MetricsLogger")
         file = os.path.realpath(self.path)
         holder = _FILES.get(engine, {}).get(file, self)
         if holder is not self and engine.has_event_handler(holder.log_train):  # (one removed no longer counts)

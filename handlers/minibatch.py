@@ -15,6 +15,7 @@ import torch
 from ignite.engine import Engine
 from tensordict import TensorDictBase
 
+from engine_rl.checks import positive_int
 from engine_rl.events import RLEvents
 from engine_rl.keys import NestedKey, require_keys
 from handlers._attach import add_handler
@@ -56,9 +57,7 @@ class MinibatchSampler:
     """
 
     def __init__(self, batch_size: int, *, keys: Sequence[NestedKey] | None = None, seed: int | None = None) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"MinibatchSampler: argument batch_size must be a positive int, got {batch_size!r}")
-        self.batch_size = batch_size
+        self.batch_size = positive_int(batch_size, name="argument batch_size", owner="MinibatchSampler")
         self.keys = list(keys) if keys is not None else None
         if seed is None:
             seed = int(torch.randint(2**62, ()).item())

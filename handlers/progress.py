@@ -8,6 +8,8 @@ from typing import Any
 from ignite.engine import Engine, Events
 from tqdm.auto import tqdm
 
+from engine_rl.checks import positive_int
+
 __all__ = ["FramesProgressBar"]
 
 
@@ -38,10 +40,8 @@ class FramesProgressBar:
     """
 
     def __init__(self, total_frames: int | None = None, *, every: int = 1, disable: bool = False, **tqdm_kwargs: Any):
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"FramesProgressBar: argument every must be a positive int, got {every!r}")
         self.total_frames = total_frames
-        self.every = every
+        self.every = positive_int(every, name="argument every", owner="FramesProgressBar")
         self.disable = disable
         self.tqdm_kwargs = tqdm_kwargs
         self.frames = 0

@@ -38,6 +38,7 @@ import torch
 from ignite.engine import Engine
 from ignite.engine.events import RemovableEventHandle
 
+from engine_rl.checks import positive_int
 from engine_rl.events import RLEvents
 from engine_rl.keys import MASK_KEY, NestedKey, require_keys
 from handlers._attach import add_handler
@@ -148,8 +149,7 @@ class ReplaySampler:
     ) -> None:
         self.buffer = _check_buffer(buffer, ["sample", "__len__"], "ReplaySampler")
         self.device = None if device is None else torch.device(device)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"ReplaySampler: argument batch_size must be a positive int, got {batch_size!r}")
+        batch_size = positive_int(batch_size, name="argument batch_size", owner="ReplaySampler")
         if keys is not None and (isinstance(keys, (str, tuple)) or not keys):
             raise ValueError(f"ReplaySampler: argument keys must be a non-empty list of keys or None, got {keys!r}")
         self.batch_size = batch_size

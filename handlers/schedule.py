@@ -16,6 +16,7 @@ import torch
 from ignite.engine import Engine
 
 from engine_rl.algos.exploration import LinearSchedule
+from engine_rl.checks import positive_int
 from engine_rl.events import RLEvents
 from handlers._attach import add_handler
 
@@ -64,8 +65,7 @@ class FrameSchedule:
                 raise ValueError(f"FrameSchedule: the optimizer's param groups have no {name!r} entry")
         elif not hasattr(target, name):
             raise ValueError(f"FrameSchedule: argument target ({type(target).__name__}) has no attribute {name!r}")
-        if isinstance(total_frames, bool) or not isinstance(total_frames, int) or total_frames < 1:
-            raise ValueError(f"FrameSchedule: argument total_frames must be a positive int, got {total_frames!r}")
+        total_frames = positive_int(total_frames, name="argument total_frames", owner="FrameSchedule")
         self.target = target
         self.name = name
         self.schedule = LinearSchedule(start, end, total_frames)

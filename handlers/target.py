@@ -15,8 +15,9 @@ from ignite.engine.events import RemovableEventHandle
 from torch import nn
 
 from engine_rl.algos.targets import HardUpdate, SoftUpdate, check_tau
+from engine_rl.checks import positive_int
 from engine_rl.events import RLEvents
-from handlers._attach import add_handler, check_every
+from handlers._attach import add_handler
 
 __all__ = ["TargetNetUpdater"]
 
@@ -50,7 +51,7 @@ class TargetNetUpdater:
     """
 
     def __init__(self, source: nn.Module, target: nn.Module, *, tau: float | None = None, every: int = 1) -> None:
-        self.every = check_every(every, owner="TargetNetUpdater")
+        self.every = positive_int(every, name="argument every", owner="TargetNetUpdater")
         if tau is None:
             self.updater: HardUpdate = HardUpdate(source, target)
         else:

@@ -17,10 +17,11 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.engine.events import RemovableEventHandle
 
+from engine_rl.checks import nonnegative_int, positive_int
 from engine_rl.collectors.info import check_info_keys
 from engine_rl.evaluation import Evaluator, create_evaluator
 from engine_rl.finite import NonFiniteElsewhere, NonFiniteError
-from handlers._attach import add_handler, check_every
+from handlers._attach import add_handler
 
 __all__ = ["ValidationRollout"]
 
@@ -104,18 +105,13 @@ class ValidationRollout:
     ) -> None:
         if not callable(policy):
             raise TypeError(f"ValidationRollout: argument policy must be callable, got {type(policy).__name__}")
-        if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
-            raise ValueError(f"ValidationRollout: argument num_episodes must be a positive int, got {num_episodes!r}")
+        num_episodes = positive_int(num_episodes, name="argument num_episodes", owner="ValidationRollout")
+        seed = nonnegative_int(seed, name="argument seed", owner="ValidationRollout", optional=True)
         if seed is None:
             seed = int(torch.randint(2**30, ()).item())
-        elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"ValidationRollout: argument seed must be a non-negative int or None, got {seed!r}")
-        self.every = check_every(every, owner="ValidationRollout")
-        if every_frames is not None and (
-            isinstance(every_frames, bool) or not isinstance(every_frames, int) or every_frames < 1
-        ):
-            raise ValueError(f"ValidationRollout: argument every_frames must be a positive int or None, got {every_frames!r}")
-        self.every_frames = every_frames
+        self.every = positive_int(every, name="argument every", owner="ValidationRollout")
+        self.every_frames = positive_int(every_frames, name="argument every_frames", owner="ValidationRollout",
+                                         optional=True)
         #: The evaluator each evaluation runs; attach score-based handlers to it.
         info_keys = check_info_keys(info_keys, owner="ValidationRollout")
         self.evaluator: Evaluator = create_evaluator(
@@ -127,7 +123,7 @@ class ValidationRollout:
         self.num_evaluations = 0
         self.last: dict[str, float] = {}
         self._last_iteration: int | None = None
-        self._next_frames = every_frames  # frames at which the next every_frames evaluation is due
+        self._next_frames = self.every_frames  # frames at which the next every_frames evaluation is due
 
     # the evaluator's settings, readable and writable here
     @property

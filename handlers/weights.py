@@ -14,7 +14,8 @@ from ignite.engine.events import RemovableEventHandle
 from tensordict import TensorDict
 from torch import nn
 
-from handlers._attach import add_handler, check_every
+from engine_rl.checks import positive_int
+from handlers._attach import add_handler
 
 __all__ = ["WeightSync"]
 
@@ -68,7 +69,7 @@ class WeightSync:
             )
         self.source_policy = source_policy
         self.collector = collector
-        self.every = check_every(every, owner="WeightSync")
+        self.every = positive_int(every, name="argument every", owner="WeightSync")
         self.sync_at_start = sync_at_start
         self.num_syncs = 0
 
