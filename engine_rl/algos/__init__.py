@@ -6,20 +6,16 @@ from engine_rl.algos.encoders import DictEncoder, NatureCNN, make_encoder
 from engine_rl.algos.actors import DeterministicActor, TanhGaussianActor
 from engine_rl.algos.exploration import EpsilonGreedy, GaussianNoise, LinearSchedule, RandomWarmup
 from engine_rl.algos.gae import gae
-from engine_rl.algos.policies import (
-    ActorCritic,
-    CategoricalActorCritic,
-    GaussianActor,
-    GaussianActorCritic,
-    make_actor_critic,
-)
+from engine_rl.algos.policies import ActorCritic, CategoricalActorCritic, GaussianActor, GaussianActorCritic
+from engine_rl.algos.multi_discrete import MultiCategoricalActorCritic
+from engine_rl.algos.policy_factory import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
 from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.algos.td3 import TanhActor, TD3Loss
 
 __all__ = [
     "ActorCritic", "CategoricalActorCritic", "DQNLoss", "DeterministicActor", "DictEncoder", "EpsilonGreedy",
-    "GaussianActor", "GaussianActorCritic", "GaussianNoise", "LinearSchedule", "NatureCNN", "PPOLoss", "QEnsemble",
-    "QValuePolicy", "RandomWarmup", "SACLoss", "TD3Loss", "TanhActor", "TanhGaussianActor", "gae",
-    "make_actor_critic", "make_encoder", "mlp",
+    "GaussianActor", "GaussianActorCritic", "GaussianNoise", "LinearSchedule", "MultiCategoricalActorCritic",
+    "NatureCNN", "PPOLoss", "QEnsemble", "QValuePolicy", "RandomWarmup", "SACLoss", "TD3Loss", "TanhActor",
+    "TanhGaussianActor", "gae", "make_actor_critic", "make_encoder", "mlp",
 ]

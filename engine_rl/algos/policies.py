@@ -11,33 +11,25 @@ flags and draws no random numbers, so evaluating never changes what training doe
 
 An optional observation :class:`~engine_rl.algos.normalization.Normalizer` sits inside the policy, so
 collection, training and evaluation apply the same transform and checkpoints hold it.
+
+MultiDiscrete actions: :mod:`engine_rl.algos.multi_discrete`; the policy for an env's spaces:
+:func:`engine_rl.algos.policy_factory.make_actor_critic`.
 """
 
 from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import gymnasium as gym
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from engine_rl.algos.encoders import DictEncoder, make_encoder
-from engine_rl.algos.networks import mlp
-from engine_rl.algos.normalization import Normalizer
-from engine_rl.spaces import is_multi_discrete
+from engine_rl.algos.networks import mlp  # noqa: F401  (the docstring examples use it)
 
-__all__ = [
-    "ActorCritic",
-    "CategoricalActorCritic",
-    "GaussianActorCritic",
-    "GaussianActor",
-    "make_actor_critic",
-    "orthogonal_init_",
-]
+__all__ = ["ActorCritic", "CategoricalActorCritic", "GaussianActor", "GaussianActorCritic", "orthogonal_init_"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -286,100 +278,3 @@ class GaussianActorCritic(ActorCritic):
         log_prob = (-0.5 * z.pow(2) - log_std - _HALF_LOG_2PI).sum(-1)
         entropy = (0.5 + _HALF_LOG_2PI + log_std).sum(-1).expand(log_prob.shape)
         return log_prob, entropy
-
-
-def make_actor_critic(
-    observation_space: gym.Space,
-    action_space: gym.Space,
-    *,
-    hidden: Sequence[int] = (64, 64),
-    activation: type[nn.Module] = nn.Tanh,
-    normalize_observations: bool = False,
-    obs_clip: float | None = 10.0,
-    log_std_init: float = 0.0,
-    ortho_init: bool = True,
-    write_value: bool = True,
-    seed: int | None = None,
-    kind: str = "auto",
-    encoders: Mapping[str | tuple[str, ...], nn.Module] | None = None,
-    owner: str = "make_actor_critic",
-) -> ActorCritic:
-    """Build separate actor and critic MLPs for the env's spaces and pick the distribution.
-
-    ``Discrete`` actions give a :class:`CategoricalActorCritic`, a 1-D ``MultiDiscrete`` a
-    :class:`~engine_rl.algos.multi_discrete.MultiCategoricalActorCritic`, a 1-D ``Box`` a
-    :class:`GaussianActorCritic`. Pass the env's *single* spaces (``env.single_action_space``).
-    Other observations go through a shared encoder under both MLPs, chosen by the space
-    (:func:`~engine_rl.algos.encoders.make_encoder`): images (a uint8 Box of 2 or 3 dimensions)
-    through the :class:`~engine_rl.algos.encoders.NatureCNN` (512 features), Discrete one-hot,
-    other Boxes flattened, a Dict one encoder per key, concatenated.
-
-    Args:
-        observation_space: a 1-D ``Box``, an image, any other Box, Discrete, MultiBinary,
-            MultiDiscrete, or a Dict of these.
-        action_space: ``Discrete``, 1-D ``MultiDiscrete`` or 1-D ``Box``.
-        hidden: hidden widths of both MLPs (Stable-Baselines3's default: 64, 64).
-        activation: activation module class (tanh, as in SB3's PPO).
-        normalize_observations: put a :class:`~engine_rl.algos.normalization.Normalizer` in front.
-        obs_clip: its clamp bound.
-        log_std_init: initial log std of a Gaussian policy.
-        ortho_init: orthogonal init (gains sqrt 2, 0.01 for the policy head, 1 for the value head).
-        write_value: see :class:`ActorCritic`.
-        seed: see :class:`ActorCritic`.
-        kind: ``"auto"`` (from the action space), ``"categorical"`` or ``"gaussian"``; a kind
-            that does not fit the action space is an error.
-        encoders: for a Dict observation, your own encoder modules for some keys (see
-            :class:`~engine_rl.algos.encoders.DictEncoder`); they are not re-initialised.
-        owner: the component named in error messages (e.g. a recipe).
-
-    Examples:
-        >>> policy = make_actor_critic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
-        >>> type(policy).__name__
-        'CategoricalActorCritic'
-        >>> make_actor_critic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), kind="gaussian")
-        Traceback (most recent call last):
-        ...
-        ValueError: make_actor_critic: a Gaussian policy needs a Box action space, got Discrete(2)
-    """
-    encoder = make_encoder(observation_space, encoders=encoders, owner=owner)
-    if encoder is not None and normalize_observations:
-        raise ValueError(f"{owner}: normalize_observations is for 1-D Box observations, got {observation_space} "
-                         "(pixels are scaled to [0, 1]; set normalize_observations=false)")
-    if kind not in ("auto", "categorical", "gaussian"):
-        raise ValueError(f"{owner}: kind must be 'auto', 'categorical' or 'gaussian', got {kind!r}")
-    discrete = isinstance(action_space, gym.spaces.Discrete)
-    multi = is_multi_discrete(action_space)
-    box = isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1
-    if kind == "gaussian" and not box:
-        raise ValueError(f"{owner}: a Gaussian policy needs a Box action space, got {action_space}")
-    if kind == "categorical" and not (discrete or multi):
-        raise ValueError(f"{owner}: a categorical policy needs a Discrete action space, got {action_space}")
-    if not (discrete or multi or box):
-        raise ValueError(
-            f"{owner}: the action space must be Discrete or 1-D MultiDiscrete (categorical policy) or a 1-D Box "
-            f"(Gaussian policy), got {action_space}"
-        )
-    obs_dim = encoder.features if encoder is not None else int(observation_space.shape[0])
-    out_dim = int(action_space.n) if discrete else int(action_space.nvec.sum()) if multi else int(action_space.shape[0])
-    actor_net = mlp(obs_dim, out_dim, hidden, activation=activation)
-    critic = mlp(obs_dim, 1, hidden, activation=activation)
-    if ortho_init:
-        orthogonal_init_(actor_net, last_gain=0.01)
-        orthogonal_init_(critic, last_gain=1.0)
-        if isinstance(encoder, DictEncoder):
-            for module in encoder.built():  # not the user's own encoders
-                orthogonal_init_(module)
-        elif encoder is not None:
-            orthogonal_init_(encoder)
-    normalizer = Normalizer((obs_dim,), clip=obs_clip) if normalize_observations else None
-    if discrete:
-        return CategoricalActorCritic(actor_net, critic, obs_normalizer=normalizer, encoder=encoder,
-                                      write_value=write_value, seed=seed)
-    if multi:
-        from engine_rl.algos.multi_discrete import MultiCategoricalActorCritic, MultiDiscreteLogits  # (imports us)
-
-        return MultiCategoricalActorCritic(MultiDiscreteLogits(actor_net, action_space.nvec), critic,
-                                           obs_normalizer=normalizer, encoder=encoder, write_value=write_value, seed=seed)
-    actor = GaussianActor(actor_net, action_dim=out_dim, log_std_init=log_std_init)
-    return GaussianActorCritic(actor, critic, obs_normalizer=normalizer, encoder=encoder, write_value=write_value,
-                               seed=seed)

@@ -24,7 +24,7 @@ from torch import nn
 
 from engine_rl.algos.compile import compile_loss
 from engine_rl.algos.optimizers import adam
-from engine_rl.algos.policies import make_actor_critic
+from engine_rl.algos.policy_factory import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
 from engine_rl.device import resolve_device
 from engine_rl.engine import create_trainer

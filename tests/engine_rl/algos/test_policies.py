@@ -9,13 +9,8 @@ from torch.distributions import Categorical, Normal
 
 from engine_rl.algos.networks import mlp
 from engine_rl.algos.normalization import Normalizer
-from engine_rl.algos.policies import (
-    CategoricalActorCritic,
-    GaussianActor,
-    GaussianActorCritic,
-    make_actor_critic,
-    orthogonal_init_,
-)
+from engine_rl.algos.policies import CategoricalActorCritic, GaussianActor, GaussianActorCritic, orthogonal_init_
+from engine_rl.algos.policy_factory import make_actor_critic
 
 BOX4 = gym.spaces.Box(-1.0, 1.0, (4,))
 
