@@ -64,10 +64,7 @@ class MultiCategoricalActorCritic(ActorCritic):
 
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         log_p = logits.log_softmax(-1)
-        # inverse CDF per dimension with CPU noise; never past a dimension's last option
-        u = self._noise(torch.rand, (*logits.shape[:-1], 1), logits)
-        last = torch.isfinite(logits).sum(-1, keepdim=True) - 1
-        idx = torch.minimum((log_p.exp().cumsum(-1) < u).sum(-1, keepdim=True), last)
+        idx = self._draw(log_p.exp())  # one draw per dimension; padded options have probability 0
         return idx.squeeze(-1), log_p.gather(-1, idx).squeeze(-1).sum(-1)
 
     def _mode(self, logits: torch.Tensor) -> torch.Tensor:

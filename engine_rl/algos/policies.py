@@ -181,6 +181,13 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
         noise = fn(shape, generator=self._generator)
         return noise if like.device.type == "cpu" else noise.to(like.device)
 
+    def _draw(self, probs: torch.Tensor) -> torch.Tensor:
+        """One category per row of ``probs [..., k]``: indices ``[..., 1]`` drawn by ``torch.multinomial``
+        from the policy's generator (a CPU one: on a GPU the probabilities come to the CPU for the draw)."""
+        flat = probs.reshape(-1, probs.shape[-1]).to(self._generator.device)
+        idx = torch.multinomial(flat, 1, generator=self._generator)
+        return idx.to(probs.device).reshape(*probs.shape[:-1], 1)
+
     def extra_repr(self) -> str:
         return f"deterministic={self.deterministic}, write_value={self.write_value}"
 
@@ -203,14 +210,7 @@ class CategoricalActorCritic(ActorCritic):
 
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         log_p = logits.log_softmax(-1)
-        if logits.device.type == "cpu" and logits.ndim == 2:
-            # torch.multinomial(probs, 1)'s own algorithm, the argmax of probs / q with q ~ Exp(1)
-            # from the generator, without its input checks: the same draws in a third of the time
-            probs = log_p.exp()
-            idx = (probs / torch.empty_like(probs).exponential_(generator=self._generator)).argmax(-1, keepdim=True)
-        else:  # inverse CDF with CPU noise: the first class whose cumulative probability exceeds u
-            u = self._noise(torch.rand, (*logits.shape[:-1], 1), logits)
-            idx = (log_p.exp().cumsum(-1) < u).sum(-1, keepdim=True).clamp_max(logits.shape[-1] - 1)
+        idx = self._draw(log_p.exp())
         return idx.squeeze(-1), log_p.gather(-1, idx).squeeze(-1)
 
     def _mode(self, logits: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,7 @@ import torch
 from tensordict import TensorDict
 from torch.distributions import Categorical, Normal
 
+from engine_rl.algos.multi_discrete import MultiCategoricalActorCritic, MultiDiscreteLogits
 from engine_rl.algos.networks import mlp
 from engine_rl.algos.normalization import Normalizer
 from engine_rl.algos.policies import CategoricalActorCritic, GaussianActor, GaussianActorCritic, orthogonal_init_
@@ -46,9 +47,9 @@ def test_categorical_sampling_follows_the_probabilities():
     torch.testing.assert_close(freq, torch.softmax(torch.tensor([0.0, 1.0, 2.0]), 0), atol=0.01, rtol=0)
 
 
-def test_categorical_cpu_sampling_draws_what_torch_multinomial_draws():
-    # the policy runs multinomial's own algorithm without its input checks: same draws, same
-    # generator state afterwards, so runs are the same as with torch.multinomial
+def test_categorical_sampling_is_torch_multinomial_from_the_policy_generator():
+    # the same draws and the same generator state afterwards as torch.multinomial with a
+    # generator seeded alike: resuming from the saved generator state continues the same draws
     policy = _categorical(seed=7)
     reference = torch.Generator().manual_seed(7)
     obs = torch.randn(8, 4)
@@ -60,6 +61,45 @@ def test_categorical_cpu_sampling_draws_what_torch_multinomial_draws():
             expected = torch.multinomial(probs, 1, generator=reference).squeeze(-1)
             assert torch.equal(actions, expected)
     assert torch.equal(policy._generator.get_state(), reference.get_state())
+
+
+def test_categorical_sampling_over_batch_dimensions_follows_the_probabilities():
+    policy = CategoricalActorCritic(torch.nn.Linear(1, 4), None, seed=3)
+    with torch.no_grad():
+        policy.actor.weight.zero_()
+        policy.actor.bias.copy_(torch.tensor([0.0, 1.0, 2.0, -30.0]))  # the last option: p ~ 1e-14
+        td = TensorDict({"observation": torch.zeros(100, 400, 1)}, [100, 400])
+        actions = policy(td)["action"]
+    assert actions.shape == (100, 400) and td["log_prob"].shape == (100, 400)
+    freq = torch.bincount(actions.flatten(), minlength=4).float() / actions.numel()
+    expected = torch.softmax(torch.tensor([0.0, 1.0, 2.0, -30.0]), 0)
+    torch.testing.assert_close(freq, expected, atol=0.005, rtol=0)  # 40k draws: 3 standard errors < 0.0075
+    assert freq[3] == 0.0
+
+
+def test_multi_categorical_sampling_follows_each_dimension_and_never_draws_a_padded_option():
+    head = MultiDiscreteLogits(torch.nn.Linear(1, 5), (2, 3))
+    policy = MultiCategoricalActorCritic(head, None, seed=1)
+    with torch.no_grad():
+        head.net.weight.zero_()
+        head.net.bias.copy_(torch.tensor([1.0, 0.0, 0.0, 0.5, 2.0]))
+        actions = policy(_td(torch.zeros(40_000, 1)))["action"]
+    assert actions.shape == (40_000, 2) and int(actions[:, 0].max()) <= 1
+    for dim, logits in ((0, [1.0, 0.0]), (1, [0.0, 0.5, 2.0])):
+        freq = torch.bincount(actions[:, dim], minlength=len(logits)).float() / actions.shape[0]
+        torch.testing.assert_close(freq, torch.softmax(torch.tensor(logits), 0), atol=0.01, rtol=0)
+    again = MultiCategoricalActorCritic(head, None, seed=1)
+    with torch.no_grad():
+        assert torch.equal(again(_td(torch.zeros(40_000, 1)))["action"], actions)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_categorical_sampling_on_cuda_uses_the_policy_generator():
+    a, b = _categorical(seed=4).cuda(), _categorical(seed=4).cuda()
+    obs = torch.randn(256, 4, device="cuda")
+    with torch.no_grad():
+        actions = a(_td(obs))["action"]
+        assert actions.device.type == "cuda" and torch.equal(actions, b(_td(obs))["action"])
 
 
 def test_categorical_evaluate_matches_torch_distributions():
