@@ -33,6 +33,7 @@ import torch
 from ignite.engine import Engine, Events
 from tensordict import TensorDictBase
 
+from engine_rl.checks import nonnegative_int, positive_int
 from engine_rl.events import RL_COUNTERS, RL_EVENT_TO_ATTR, RLEvents
 from engine_rl.keys import MASK_KEY, present_keys, require_keys
 
@@ -54,14 +55,6 @@ def _as_optimizer_list(optimizers: Any) -> list[torch.optim.Optimizer]:
         "create_trainer: argument optimizer must be a torch.optim.Optimizer, or a non-empty list or "
         f"dict of them; got {type(optimizers).__name__}"
     )
-
-
-def _positive_int(name: str, value: Any, *, allow_zero: bool = False) -> int:
-    low = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        expected = "a non-negative int" if allow_zero else "a positive int"
-        raise ValueError(f"create_trainer: argument {name} must be {expected}, got {value!r}")
-    return value
 
 
 class RLTrainer(Engine):
@@ -348,12 +341,13 @@ def create_trainer(
         raise TypeError(f"create_trainer: argument loss_module must be callable; got {type(loss_module).__name__}")
     optimizers = _as_optimizer_list(optimizer)
     if total_frames is not None:
-        _positive_int("total_frames", total_frames)
-    _positive_int("learning_starts", learning_starts, allow_zero=True)
-    _positive_int("num_epochs", num_epochs)
-    _positive_int("optim_steps_per_batch", optim_steps_per_batch)
+        total_frames = positive_int(total_frames, name="argument total_frames", owner="create_trainer")
+    learning_starts = nonnegative_int(learning_starts, name="argument learning_starts", owner="create_trainer")
+    num_epochs = positive_int(num_epochs, name="argument num_epochs", owner="create_trainer")
+    optim_steps_per_batch = positive_int(optim_steps_per_batch, name="argument optim_steps_per_batch",
+                                         owner="create_trainer")
     if epoch_length is not None:
-        _positive_int("epoch_length", epoch_length)
+        epoch_length = positive_int(epoch_length, name="argument epoch_length", owner="create_trainer")
     if total_frames is not None and learning_starts > total_frames:
         raise ValueError(
             f"create_trainer: argument learning_starts ({learning_starts}) exceeds total_frames "

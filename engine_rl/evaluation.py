@@ -52,6 +52,7 @@ from typing import Any
 import torch
 from ignite.engine import Engine
 from torch import nn
+from engine_rl.checks import nonnegative_int, positive_int
 
 from engine_rl.collectors import Policy, run_episodes
 from engine_rl.collectors.info import check_info_keys
@@ -180,8 +181,6 @@ def create_evaluator(
         raise TypeError("create_evaluator: argument env must be a gymnasium vector env, got None")
     if not callable(policy):
         raise TypeError(f"create_evaluator: argument policy must be callable, got {type(policy).__name__}")
-    if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
-        raise ValueError(f"create_evaluator: argument num_episodes must be a positive int, got {num_episodes!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise ValueError(f"create_evaluator: argument seed must be a non-negative int or None, got {seed!r}")
+    num_episodes = positive_int(num_episodes, name="argument num_episodes", owner="create_evaluator")
+    seed = nonnegative_int(seed, name="argument seed", owner="create_evaluator", optional=True)
     return Evaluator(env, policy, num_episodes=num_episodes, seed=seed, device=device, info_keys=info_keys)

@@ -67,6 +67,7 @@ from ignite.engine.events import RemovableEventHandle
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from engine_rl.checks import positive_int, positive_number
 from engine_rl.collectors.async_process import AsyncCollectorError, WorkerProcess
 from engine_rl.collectors.async_worker import _POLL_S
 from engine_rl.collectors.info import check_info_keys
@@ -135,8 +136,7 @@ class AsyncCollector:
             raise TypeError(f"AsyncCollector: argument policy must be an nn.Module, got {type(policy).__name__}")
         ints = (("frames_per_batch", frames_per_batch), ("max_ahead", max_ahead), ("num_threads", num_threads))
         for name, value in ints:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"AsyncCollector: argument {name} must be a positive int, got {value!r}")
+            positive_int(value, name=f"argument {name}", owner="AsyncCollector")
         if not isinstance(buffer, SharedReplayBuffer):
             raise TypeError(
                 "AsyncCollector: argument buffer must be a SharedReplayBuffer (the worker writes it), "
@@ -150,8 +150,7 @@ class AsyncCollector:
             )
         if context not in ("forkserver", "spawn"):
             raise ValueError(f"AsyncCollector: argument context must be 'forkserver' or 'spawn', got {context!r}")
-        if not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ValueError(f"AsyncCollector: argument timeout must be a positive number, got {timeout!r}")
+        positive_number(timeout, name="argument timeout", owner="AsyncCollector")
         self.info_keys = check_info_keys(info_keys, owner="AsyncCollector")
         self.env_fn = env_fn
         self.frames_per_batch = frames_per_batch

@@ -19,6 +19,7 @@ import torch
 from gymnasium.vector import VectorEnv
 from tensordict import TensorDict
 
+from engine_rl.checks import positive_int
 from engine_rl.collectors.info import INFO_KEY
 from engine_rl.collectors.observations import field_key
 from engine_rl.collectors.policy import Policy
@@ -81,8 +82,7 @@ def run_episodes(
         >>> res["return"].shape, res["length"].dtype, bool((res["return"] == res["length"]).all())
         (torch.Size([3]), torch.int64, True)
     """
-    if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
-        raise ValueError(f"run_episodes: num_episodes must be a positive int, got {num_episodes!r}")
+    num_episodes = positive_int(num_episodes, name="num_episodes", owner="run_episodes")
     if isinstance(env, TorchEnv):
         if info_keys:
             raise ValueError(f"run_episodes: info_keys {tuple(info_keys)} need a gymnasium env; a TorchEnv reports no info")

@@ -30,6 +30,7 @@ from gymnasium.vector import VectorEnv
 from tensordict import TensorDict, TensorDictBase
 from torch import nn  # noqa: F401  (the docstring example uses it)
 
+from engine_rl.checks import fail, is_int
 from engine_rl.collectors.errors import EnvError
 from engine_rl.collectors.policy import Policy, policy_device
 from engine_rl.collectors.stepper import GymStepper
@@ -92,17 +93,10 @@ class GymCollector(BatchCollector):
     ) -> None:
         self._stepper = GymStepper(env, policy, device=device, info_keys=info_keys, owner="GymCollector")
         n = self._stepper.num_envs
-        if (
-            isinstance(frames_per_batch, bool)
-            or not isinstance(frames_per_batch, int)
-            or frames_per_batch <= 0
-            or frames_per_batch % n
-        ):
-            raise ValueError(
-                f"GymCollector: frames_per_batch must be a positive multiple of num_envs={n}, "
-                f"got {frames_per_batch!r}"
-            )
-        self.frames_per_batch = frames_per_batch
+        if not (is_int(frames_per_batch) and frames_per_batch > 0 and frames_per_batch % n == 0):
+            fail(frames_per_batch, f"a positive multiple of num_envs={n}", name="frames_per_batch",
+                 owner="GymCollector")
+        self.frames_per_batch = int(frames_per_batch)
         self.storing_device = torch.device(storing_device)
         self.frames = 0
         self.batches = 0

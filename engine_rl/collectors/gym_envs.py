@@ -21,6 +21,7 @@ import torch
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from engine_rl.checks import positive_int
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, make_checked_env
 from engine_rl.collectors.mujoco_warnings import is_mujoco_spec, route_for
 from engine_rl.collectors.observations import ObservationField, observation_fields
@@ -224,8 +225,7 @@ def make_vec_env(
         >>> env.metadata["autoreset_mode"].name
         'SAME_STEP'
     """
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"make_vec_env: num_envs must be a positive int, got {num_envs!r}")
+    num_envs = positive_int(num_envs, name="num_envs", owner="make_vec_env")
     if mode is not None and mode not in ("auto", "vector_entry_point", "sync", "async"):
         raise ValueError(
             f"make_vec_env: mode must be 'auto', 'vector_entry_point', 'sync' or 'async', got {mode!r}"

@@ -31,6 +31,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from engine_rl.checks import positive_int
+
 __all__ = ["LONG_EPISODE_STEPS", "EvaluationStepCap", "LongEvaluationWarning", "episode_limit", "warn_long_evaluation"]
 
 #: Steps after which an evaluation episode counts as long and the evaluation says so. Above every
@@ -55,8 +57,7 @@ class EvaluationStepCap(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """
 
     def __init__(self, env: gym.Env, max_episode_steps: int) -> None:
-        if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1:
-            raise ValueError(f"EvaluationStepCap: max_episode_steps must be a positive int, got {max_episode_steps!r}")
+        max_episode_steps = positive_int(max_episode_steps, name="max_episode_steps", owner="EvaluationStepCap")
         gym.utils.RecordConstructorArgs.__init__(self, max_episode_steps=max_episode_steps)  # in the env's spec
         super().__init__(env)
         self.max_episode_steps = max_episode_steps

@@ -24,6 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from engine_rl.checks import fail, is_int
 from engine_rl.collectors.policy import Policy, policy_device
 from engine_rl.collectors.base import BatchCollector
 from engine_rl.envs.base import TorchEnv
@@ -80,19 +81,12 @@ class TorchEnvCollector(BatchCollector):
                 "move the policy to the env's device"
             )
         n = env.num_envs
-        if (
-            isinstance(frames_per_batch, bool)
-            or not isinstance(frames_per_batch, int)
-            or frames_per_batch <= 0
-            or frames_per_batch % n
-        ):
-            raise ValueError(
-                f"TorchEnvCollector: frames_per_batch must be a positive multiple of num_envs={n}, "
-                f"got {frames_per_batch!r}"
-            )
+        if not (is_int(frames_per_batch) and frames_per_batch > 0 and frames_per_batch % n == 0):
+            fail(frames_per_batch, f"a positive multiple of num_envs={n}", name="frames_per_batch",
+                 owner="TorchEnvCollector")
         self._env = env
         self._policy = policy
-        self.frames_per_batch = frames_per_batch
+        self.frames_per_batch = int(frames_per_batch)
         self.frames = 0
         self.batches = 0
         self._seed = seed

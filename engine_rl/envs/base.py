@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from engine_rl.checks import positive_int
 from engine_rl.envs.rng import CounterRNG, check_seed
 
 __all__ = ["TensorSpec", "TorchEnv", "float_dtype", "scalars"]
@@ -148,10 +149,8 @@ class TorchEnv(ABC):
         max_episode_steps: int,
     ) -> None:
         owner = type(self).__name__
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"{owner}: num_envs must be a positive int, got {num_envs!r}")
-        if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps < 1:
-            raise ValueError(f"{owner}: max_episode_steps must be a positive int, got {max_episode_steps!r}")
+        num_envs = positive_int(num_envs, name="num_envs", owner=owner)
+        max_episode_steps = positive_int(max_episode_steps, name="max_episode_steps", owner=owner)
         self._num_envs = num_envs
         # normalized: "cuda" becomes "cuda:0", as the device of the tensors it makes
         self._device = torch.empty(0, device=device).device

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from engine_rl.checks import fail, is_int, positive_int
+
 __all__ = ["CounterRNG"]
 
 _MASK32 = 0xFFFFFFFF
@@ -47,9 +49,9 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
 
 def check_seed(seed: Any, *, owner: str) -> int:
     """Return ``seed`` if it is an int in ``[0, 2**64)``, else raise a ``ValueError``."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED:
-        raise ValueError(f"{owner}: seed must be an int in [0, 2**64), got {seed!r}")
-    return seed
+    if not (is_int(seed) and 0 <= seed <= _MAX_SEED):
+        fail(seed, "an int in [0, 2**64)", name="seed", owner=owner)
+    return int(seed)
 
 
 class CounterRNG:
@@ -76,8 +78,7 @@ class CounterRNG:
     """
 
     def __init__(self, num_envs: int, *, device: torch.device | str | None = None, seed: int | None = None) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"CounterRNG: num_envs must be a positive int, got {num_envs!r}")
+        num_envs = positive_int(num_envs, name="num_envs", owner="CounterRNG")
         self.device = torch.empty(0, device=device).device
         #: Per-env keys, int64 ``[2, num_envs]`` holding 32-bit values.
         self.keys = torch.zeros((2, num_envs), dtype=torch.int64, device=self.device)

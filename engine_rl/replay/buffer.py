@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import numbers
 from pathlib import Path
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from engine_rl.checks import fail, is_int, positive_int
 from engine_rl.keys import MASK_KEY, format_key
 from engine_rl.replay.samplers import Sampler, UniformSampler
 from engine_rl.replay.storage import TensorStorage, batch_rows
@@ -74,15 +74,13 @@ class ReplayBuffer:
         seed: int | None = None,
         capacity_label: str = "ReplayBuffer: capacity",
     ) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity <= 0:
-            raise ValueError(f"ReplayBuffer: capacity must be a positive int, got {capacity!r}")
-        capacity = int(capacity)
+        capacity = positive_int(capacity, name="capacity", owner="ReplayBuffer")
         if storage not in ("memory", "memmap"):
             raise ValueError(f"ReplayBuffer: storage must be 'memory' or 'memmap', got {storage!r}")
         if memmap_dir is not None and storage != "memmap":
             raise ValueError("ReplayBuffer: memmap_dir is only used with storage='memmap'")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-            raise ValueError(f"ReplayBuffer: seed must be an int or None, got {seed!r}")
+        if seed is not None and not is_int(seed):
+            fail(seed, "an int or None", name="seed", owner="ReplayBuffer")
         self._device = torch.device(device)
         self._storage = TensorStorage(
             capacity, device=self._device, memmap=storage == "memmap", memmap_dir=memmap_dir, name="ReplayBuffer",
@@ -161,8 +159,7 @@ class ReplayBuffer:
         Args:
             batch_size: number of rows, > 0.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size <= 0:
-            raise ValueError(f"ReplayBuffer.sample: batch_size must be a positive int, got {batch_size!r}")
+        batch_size = positive_int(batch_size, name="batch_size", owner="ReplayBuffer.sample")
         if len(self._storage) == 0:
             raise ValueError("ReplayBuffer.sample: the buffer is empty; call extend() before sample()")
         index, weight = self._sampler.sample(len(self._storage), int(batch_size), generator=self._generator)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from engine_rl.checks import fail, finite_number, is_int
 from engine_rl.replay.sumtree import MinTree, SumTree
 
 __all__ = ["PrioritizedSampler", "Sampler", "UniformSampler"]
@@ -69,11 +70,10 @@ class UniformSampler:
 
 
 def _check_number(name: str, value: float, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-        raise ValueError(f"PrioritizedSampler: {name} must be a finite number, got {value!r}")
-    if value < 0 or (positive and value == 0):
+    number = finite_number(value, name=name, owner="PrioritizedSampler")
+    if number < 0 or (positive and number == 0):
         raise ValueError(f"PrioritizedSampler: {name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
-    return float(value)
+    return number
 
 
 class PrioritizedSampler:
@@ -119,12 +119,9 @@ class PrioritizedSampler:
         self.alpha = _check_number("alpha", alpha)
         self._beta_start = _check_number("beta", beta)
         self._beta_end = _check_number("beta_end", beta_end)
-        steps = beta_annealing_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(
-                f"PrioritizedSampler: beta_annealing_steps must be an int >= 0, got {beta_annealing_steps!r}"
-            )
-        self.beta_annealing_steps = beta_annealing_steps
+        if not (is_int(beta_annealing_steps) and beta_annealing_steps >= 0):
+            fail(beta_annealing_steps, "an int >= 0", name="beta_annealing_steps", owner="PrioritizedSampler")
+        self.beta_annealing_steps = int(beta_annealing_steps)
         self.eps = _check_number("eps", eps, positive=True)
         self._sum: SumTree | None = None
         self._min: MinTree | None = None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from engine_rl.checks import int_in, positive_int
 from engine_rl.device import check_fits, format_bytes
 from engine_rl.keys import flatten_keys, format_key, nest_keys
 
@@ -78,11 +78,9 @@ class TensorStorage:
         name: str = "TensorStorage",
         capacity_label: str | None = None,
     ) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity <= 0:
-            raise ValueError(f"{name}: capacity must be a positive int, got {capacity!r}")
+        self._capacity = positive_int(capacity, name="capacity", owner=name)
         self._name = name
         self._capacity_label = capacity_label or f"{name}: capacity"
-        self._capacity = int(capacity)
         self._device = torch.device(device)
         self._memmap = memmap
         self._tmpdir: tempfile.TemporaryDirectory | None = None
@@ -284,8 +282,7 @@ class TensorStorage:
             >>> storage.advance(2).tolist(), len(storage), storage.cursor
             ([1, 2], 3, 0)
         """
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 0 <= n <= self._capacity:
-            raise ValueError(f"{self._name}.advance: n must be an int in [0, {self._capacity}], got {n!r}")
+        n = int_in(n, 0, self._capacity, name="n", owner=f"{self._name}.advance")
         if not self._data:
             raise ValueError(f"{self._name}.advance: nothing allocated yet; call extend() first")
         start, end = self._cursor, self._cursor + int(n)

@@ -8,12 +8,13 @@ and slot 0 is unused. Batched updates and descents loop over the tree depth (17 
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+
+from engine_rl.checks import positive_int
 
 __all__ = ["MinTree", "SumTree"]
 
@@ -38,9 +39,7 @@ class _SegmentTree:
     _combine: Callable[[np.ndarray, np.ndarray], np.ndarray] = staticmethod(np.add)
 
     def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity <= 0:
-            raise ValueError(f"{self._name}: capacity must be a positive int, got {capacity!r}")
-        self._capacity = capacity = int(capacity)
+        self._capacity = capacity = positive_int(capacity, name="capacity", owner=self._name)
         self._depth = max(capacity - 1, 0).bit_length()
         self._first_leaf = 1 << self._depth
         self._tree = np.full(2 * self._first_leaf, self._empty, dtype=np.float64)
