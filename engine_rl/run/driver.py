@@ -1,53 +1,36 @@
-"""Run a recipe: attach logging, progress, evaluation checkpoints; train or resume; write a summary."""
+"""Run a recipe: attach logging, progress, evaluation checkpoints; train or resume; write a summary.
+
+:func:`train` is the entry point (``engine-rl train``); the run's stages, in order, are in
+:mod:`engine_rl.run.stages`. :func:`make_config` and :func:`load_run_config` make the config it takes.
+"""
 
 from __future__ import annotations
 
-import json
-import math
-import random
-import time
 from pathlib import Path
 from typing import Any
 
 import ignite.distributed as idist
-import numpy as np
-import torch
-from ignite.engine import Events
-from ignite.handlers import EarlyStopping
 
 from engine_rl.recipes.base import get_recipe
 from engine_rl.recipes.config import apply_overrides
-from engine_rl.run.checkpoint import (
-    AtomicDiskSaver,
-    InferenceState,
-    SafeCheckpoint,
-    attached_objects,
-    check_finite,
-    latest_checkpoint,
-    remove_partial_files,
-    restore,
-    training_state,
+from engine_rl.run.folder import RunError, read_config_json
+from engine_rl.run.stages import (
+    Run,
+    RunOptions,
+    attach_bookkeeping,
+    attach_evaluation_extras,
+    attach_live_dashboard,
+    build_on_rank,
+    locked_run_folder,
+    make_checkpoint,
+    prepare_folder,
+    resume_from_checkpoint,
+    run_trainer,
+    schedule_checkpoints,
+    write_end_files,
+    write_summary,
 )
-from engine_rl.run.folder import (
-    RunError,
-    config_record,
-    drop_newer_checkpoints,
-    drop_untracked_best,
-    existing_or_none,
-    open_run_folder,
-    read_config_json,
-    track_files_on_disk,
-    truncate_metrics,
-    write_text,
-)
-from engine_rl.run.launch import rank_config
-from engine_rl.run.rank_checkpoints import rank_checkpoint_dir, rank_disk_saver, resume_path
 from engine_rl.run.stored_config import CODE_FIELDS, check_stored_code, named_fields
-from handlers.distributed import AllReducedEpisodeStats, make_data_parallel
-from handlers.episodes import EpisodeStats, Throughput
-from handlers.metrics_log import MetricsLogger, json_number
-from handlers.progress import FramesProgressBar
-from handlers.validation import ValidationRollout
 
 __all__ = ["RunError", "load_run_config", "make_config", "train"]
 
@@ -107,16 +90,8 @@ def load_run_config(
     return apply_overrides(config, overrides) if overrides else config
 
 
-def _check_options(**options: Any) -> None:
-    for arg, value in options.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise RunError(f"train: {arg} must be a positive int or None, got {value!r}")
-
-
 def train(
-    name: str,
-    config: Any,
-    out_dir: str | Path,
+    name: str, config: Any, out_dir: str | Path,
     *,
     progress: bool = True,
     n_saved: int = 2,
@@ -188,214 +163,25 @@ def train(
     ``r`` in ``checkpoints/rank<r>/``, at the same steps) and resumes from its own file.
     """
     recipe = get_recipe(name)
-    _check_options(checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience)
+    options = RunOptions(progress=progress, n_saved=n_saved, visdom=visdom, resume=resume,  # checked here
+                         checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience)
     config.check_env()  # its env and spaces, before anything is written to out_dir
-    out, lock, error = Path(out_dir), None, None
-    try:
-        out, lock = open_run_folder(out_dir, name, config, resume)
-    except RunError as err:
-        error = err
-    if not _on_every_rank(error is None):  # a rank that cannot start stops them all, before any collective
-        if lock is not None:
-            lock.release()
-        raise error or RunError(
-            f"--out {out_dir}: another process of this run cannot start it (the first process's error says why)"
-        )
-    try:
-        return _train(
-            recipe, name, config, out, progress=progress, n_saved=n_saved, visdom=visdom,
-            resume=resume, checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience,
-        )
-    finally:
-        if lock is not None:
-            lock.release()
+    with locked_run_folder(out_dir, name, config, resume) as out:
+        return _train(recipe, Run(name=name, config=config, out=out, options=options,
+                                  rank=idist.get_rank(), world=idist.get_world_size()))
 
 
-def evaluation_score(evaluator: Any) -> float:
-    """The best checkpoint's and early stopping's score: the evaluation's mean return, a NaN one
-    (an env that returned a NaN reward) as -inf. Ignite compares scores with ``<``, so a NaN best
-    score would never be beaten and would keep that policy as the run's best for good.
-
-    Examples:
-        >>> from types import SimpleNamespace
-        >>> [evaluation_score(SimpleNamespace(state=SimpleNamespace(metrics={"return_mean": r})))
-        ...  for r in (12.5, float("nan"))]
-        [12.5, -inf]
-    """
-    score = float(evaluator.state.metrics["return_mean"])
-    return -math.inf if math.isnan(score) else score
-
-
-def _on_every_rank(ok: bool) -> bool:
-    """Whether ``ok`` holds on every rank of the process group (one all-reduce; ``ok`` when alone)."""
-    if idist.get_world_size() == 1:
-        return ok
-    return bool(idist.all_reduce(torch.tensor([int(ok)]), op="MIN").item())
-
-
-def _train(
-    recipe: Any,
-    name: str,
-    config: Any,
-    out: Path,
-    *,
-    progress: bool,
-    n_saved: int,
-    visdom: str | None,
-    resume: bool | str | Path,
-    checkpoint_every: int | None,
-    until_frames: int | None,
-    patience: int | None,
-) -> dict[str, Any]:
-    """:func:`train` once the folder is checked and locked."""
-    rank, world = idist.get_rank(), idist.get_world_size()
-    lead = rank == 0
-    ckpt_dir = out / "checkpoints"
-    own_ckpt_dir = rank_checkpoint_dir(ckpt_dir, rank)
-    resume_from: Path | None = None
-    if resume:
-        try:
-            resume_from = resume_path(ckpt_dir, resume)
-        except ValueError as err:
-            raise RunError(str(err)) from err
-        remove_partial_files(own_ckpt_dir)
-        if lead:
-            remove_partial_files(out / "best")
-            remove_partial_files(out)
-    elif latest_checkpoint(ckpt_dir) is not None:
-        raise RunError(
-            f"{out} already holds checkpoints of a run ({latest_checkpoint(ckpt_dir).name}); "
-            "continue it with --resume, or use another --out"
-        )
-    if not resume and lead:
-        write_text(out / "config.json", json.dumps(config_record(name, config), indent=2))
-
-    build_config = rank_config(config, rank) if world > 1 else config  # each rank its own envs and seeds
-    seed = getattr(build_config, "seed", None)
-    if isinstance(seed, int):  # every global generator, so two runs of one config match bit for bit
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        torch.manual_seed(seed)
-    setup = recipe.build(build_config)
-    trainer = setup.trainer
-    info_keys = getattr(build_config, "info_keys", ())
-    if world > 1:  # rank 0's weights everywhere; summed frames, averaged gradients, shared scores
-        modules = [obj for obj in setup.to_save.values() if isinstance(obj, torch.nn.Module)]
-        make_data_parallel(trainer, modules=[*modules, setup.eval_policy])
-        AllReducedEpisodeStats(info_keys=info_keys).attach(trainer)
-    else:
-        EpisodeStats(info_keys=info_keys).attach(trainer)
-    Throughput().attach(trainer)
-    metrics_path = out / "metrics.jsonl"
-    if resume_from is None and lead:  # a new run (or one killed before its first checkpoint) starts a new log
-        metrics_path.unlink(missing_ok=True)
-    if lead:
-        MetricsLogger(metrics_path).attach(trainer, every=setup.log_every)
-    FramesProgressBar(setup.total_frames, disable=not progress or not lead, desc=name).attach(trainer)
-
-    inference = InferenceState(
-        setup.eval_policy, normalizer=getattr(setup, "normalizer", None), recipe=name,
-        config={k: v for k, v in config_record(name, config).items() if k != "recipe"},
-    )
-    validation = next((o for o in attached_objects(trainer) if isinstance(o, ValidationRollout)), None)
-    best: SafeCheckpoint | None = None
-    early_stop: EarlyStopping | None = None
-    if validation is not None:
-        best = SafeCheckpoint(
-            {"policy": inference}, AtomicDiskSaver(out / "best"), filename_prefix="best", n_saved=1,
-            score_function=evaluation_score, score_name="eval_return",
-            global_step_transform=lambda *_: trainer.state.frames, step_name="frames",
-        )
-        validation.evaluator.add_event_handler(Events.COMPLETED, best)
-        if patience is not None:
-            early_stop = EarlyStopping(patience, evaluation_score, trainer)
-            validation.evaluator.add_event_handler(Events.COMPLETED, early_stop)
-    elif patience is not None:
-        raise RunError(f"train: patience needs evaluations, but recipe {name!r} attaches no ValidationRollout")
-
-    # the best checkpoint under the key it had as a plain Ignite Checkpoint, so older runs resume
-    to_save = training_state(trainer, {**setup.to_save, **({"evaluator.Checkpoint": best} if best else {})})
-    checkpoint = SafeCheckpoint(
-        to_save, rank_disk_saver(ckpt_dir), n_saved=n_saved,
-        global_step_transform=lambda engine, _: engine.state.frames, step_name="frames",
-    )
-    if resume_from is not None:
-        restore(to_save, resume_from)
-        resumed_frames = int(trainer.state.frames)
-        if lead:
-            truncate_metrics(metrics_path, resumed_frames)
-        drop_newer_checkpoints(own_ckpt_dir, resumed_frames)
-        track_files_on_disk(checkpoint, own_ckpt_dir, n_saved)  # keep pruning what the previous process wrote
-        if best is not None and lead:
-            drop_untracked_best(best)
-
-    def checkpoint_due(engine: Any, iteration: int) -> bool:
-        if engine.state.frames >= setup.total_frames:
-            # the last batch: its checkpoint is the final one, written at COMPLETED after the final
-            # evaluation, so a kill during that evaluation resumes from before it and redoes it
-            return False
-        every = checkpoint_every or engine.state.epoch_length
-        return iteration % every == 0 or (until_frames is not None and engine.state.frames >= until_frames)
-
-    trainer.add_event_handler(Events.ITERATION_COMPLETED(event_filter=checkpoint_due), checkpoint)
-    # the final checkpoint comes after the COMPLETED handlers attached earlier (the final evaluation)
-    trainer.add_event_handler(Events.COMPLETED, checkpoint)
-    paused = False
-    if until_frames is not None:
-
-        def pause(engine: Any) -> None:
-            nonlocal paused
-            if until_frames <= engine.state.frames < setup.total_frames:
-                paused = True
-                engine.terminate(skip_completed=True)  # no final evaluation: the run is not over
-
-        trainer.add_event_handler(Events.ITERATION_COMPLETED, pause)
-    if visdom and lead:
-        from handlers.dashboard import attach_dashboard
-
-        attach_dashboard(trainer, env=out.resolve().name, server=visdom, every=setup.log_every)
-
-    start, start_frames = time.perf_counter(), int(trainer.state.frames)
-    finished = trainer.state.frames >= setup.total_frames or (early_stop is not None and early_stop.counter >= patience)
-    try:
-        if not finished:  # a finished (or early-stopped) run resumed: nothing to do
-            trainer.run()
-    finally:
-        setup.close()
-    wall = time.perf_counter() - start
-    if lead:
-        saver = AtomicDiskSaver(out)
-        check_finite({"policy": inference}, where=f"{out / 'inference.pt'} at frames {trainer.state.frames}")
-        saver(setup.eval_policy.state_dict(), "policy.pt")
-        saver(inference.state_dict(), "inference.pt")
-
-    frames = int(trainer.state.frames)
-    # the last evaluation's scores: restored with the validation handler, so a finished run resumed
-    # (killed after its final checkpoint) reports them too
-    scores = validation.last if validation is not None else {}
-    summary = {
-        "recipe": name,
-        "seed": getattr(config, "seed", None),
-        "frames": frames,
-        "optim_steps": trainer.state.optim_steps,
-        # this process's training: a resumed run counts its continuation only
-        "wall_time_s": round(wall, 2),
-        "fps": round((frames - start_frames) / wall, 1) if frames > start_frames and wall > 0 else None,
-        # a NaN evaluation (an env returning NaN rewards) as "NaN": summary.json stays standard JSON
-        **{k: json_number(v) if isinstance(v, float) else v for k, v in sorted(scores.items())},
-        "paused": paused,
-        "stopped_early": early_stop is not None and early_stop.counter >= (patience or 0),
-        # the checkpoint the run continued from, while it is on disk (rotation may delete it), and its frames
-        "resumed_from": None if resume_from is None else existing_or_none(resume_from),
-        "resumed_from_frames": None if resume_from is None else resumed_frames,
-        # with a DiskSaver, Ignite's last_checkpoint is the file's path already (saver folder / file name)
-        "checkpoint": existing_or_none(checkpoint.last_checkpoint),
-        "best_checkpoint": existing_or_none(best.last_checkpoint if best is not None else None),
-        "inference": str(out / "inference.pt"),
-        "metrics": str(metrics_path),
-    }
-    if world > 1:
-        summary["nproc"] = world
-    if lead:
-        write_text(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False))
-    return summary
+def _train(recipe: Any, run: Run) -> dict[str, Any]:
+    """:func:`train` once the folder is checked and locked: the stages of :mod:`engine_rl.run.stages`."""
+    prepare_folder(run)  # the checkpoint to resume from; a fresh run's config.json
+    build_on_rank(run, recipe)  # this rank's seeds and envs
+    attach_bookkeeping(run)  # episode stats, throughput, metrics log, progress bar
+    attach_evaluation_extras(run)  # best checkpoint, early stopping
+    make_checkpoint(run)
+    if run.resume_from is not None:
+        resume_from_checkpoint(run)  # restore; cut the log back; rotate; drop an untracked best
+    schedule_checkpoints(run)  # the last batch's checkpoint at COMPLETED, after the final evaluation
+    attach_live_dashboard(run)
+    wall, start_frames = run_trainer(run)
+    write_end_files(run)
+    return write_summary(run, wall=wall, start_frames=start_frames)

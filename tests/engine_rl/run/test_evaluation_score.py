@@ -1,4 +1,4 @@
-"""engine_rl.run.driver.evaluation_score: a NaN evaluation does not keep the best checkpoint for good."""
+"""engine_rl.run.stages.evaluation_score: a NaN evaluation does not keep the best checkpoint for good."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ignite.engine import Engine
 from ignite.handlers import EarlyStopping
 
 from engine_rl.run.checkpoint_writes import AtomicDiskSaver, SafeCheckpoint
-from engine_rl.run.driver import evaluation_score
+from engine_rl.run.stages import evaluation_score
 
 
 def _evaluations(returns):
