@@ -29,6 +29,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from engine_rl.collectors.registry import env_spec
+
 __all__ = ["ATARI_WRAPPERS", "FireOnLifeStart", "single_frame_kwargs"]
 
 ATARI_WRAPPERS = (
@@ -49,8 +51,6 @@ def single_frame_kwargs(env_id: Any, env_kwargs: dict[str, Any] | None) -> dict[
         >>> single_frame_kwargs("ALE/Pong-v5", {"obs_type": "grayscale", "frameskip": 2})
         {'obs_type': 'grayscale', 'frameskip': 2}
     """
-    from engine_rl.collectors.gym_envs import env_spec  # (envs imports this module's wrapper)
-
     if not isinstance(env_kwargs, (dict, type(None))) or "frameskip" in (env_kwargs or {}):
         return env_kwargs
     try:

@@ -87,6 +87,14 @@ def run_episodes(
         if info_keys:
             raise ValueError(f"run_episodes: info_keys {tuple(info_keys)} need a gymnasium env; a TorchEnv reports no info")
         return _run_torch_episodes(env, policy, num_episodes, seed)
+    return _run_gym_episodes(env, policy, num_episodes, seed, device=device, info_keys=info_keys)
+
+
+def _run_gym_episodes(
+    env: VectorEnv, policy: Policy, num_episodes: int, seed: int | None, *,
+    device: torch.device | str | None, info_keys: Sequence[str],
+) -> dict[str, torch.Tensor]:
+    """:func:`run_episodes` on a gymnasium vector env, stepped by the collector's :class:`GymStepper`."""
     stepper = GymStepper(env, policy, device=device, owner="run_episodes", info_keys=info_keys)
     n = stepper.num_envs
     quota = np.full(n, num_episodes // n, dtype=np.int64)

@@ -3,14 +3,14 @@
 Collectors support Box, Discrete, MultiBinary, MultiDiscrete and Dict observations
 (:mod:`engine_rl.collectors.observations`) and Discrete, MultiDiscrete or Box actions. ``vec_env_spec`` checks that
 once, up front, so a wrong space fails with a message instead of deep inside a rollout.
+
+The ids themselves are looked up in :mod:`engine_rl.collectors.registry` (its :func:`env_spec`,
+:func:`is_atari_id` and :data:`EXTRAS` are importable from here too).
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import inspect
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -25,103 +25,13 @@ from engine_rl.checks import positive_int
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, make_checked_env
 from engine_rl.collectors.mujoco_warnings import is_mujoco_spec, route_for
 from engine_rl.collectors.observations import ObservationField, observation_fields
-from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
+from engine_rl.collectors.registry import EXTRAS, env_spec, is_atari_id
+from engine_rl.collectors.wrappers import EnvWrapper, apply_wrappers, parse_wrappers
 from engine_rl.spaces import is_multi_discrete
 
 __all__ = ["EXTRAS", "VecEnvSpec", "env_spaces", "env_spec", "is_atari_id", "make_vec_env", "vec_env_spec"]
 
 VecMode = Literal["auto", "vector_entry_point", "sync", "async"]
-
-
-def env_spec(env_id: str, *, owner: str = "env_spec") -> EnvSpec:
-    """The registered spec of ``env_id``; a ``ValueError`` naming ``owner`` and close ids otherwise.
-
-    ``"module:Id-v0"`` imports ``module`` first (as ``gymnasium.make`` does); an id not yet
-    registered imports the installed :data:`REGISTERING_PACKAGES` (the Atari games) and looks again.
-    An Atari id (:func:`is_atari_id`) without ale_py, or a module of an extra that is not installed,
-    is a ``ValueError`` naming the extra (:data:`EXTRAS`).
-
-    Examples:
-        >>> env_spec("CartPole-v1").max_episode_steps
-        500
-        >>> env_spec("Cartpole-v1", owner="demo")
-        Traceback (most recent call last):
-        ...
-        ValueError: demo: env_id 'Cartpole-v1' is not a registered gymnasium env; close matches: CartPole-v1, CartPole-v0, ...
-    """
-    if not isinstance(env_id, str) or not env_id:
-        raise ValueError(f"{owner}: env_id must be a registered gymnasium id (a non-empty str), got {env_id!r}")
-    module, _, name = env_id.rpartition(":")
-    if module:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            if isinstance(err, ModuleNotFoundError) and err.name in EXTRAS:
-                raise ValueError(f"{owner}: env_id {env_id!r} needs {EXTRAS[err.name]}") from None
-            raise ValueError(f"{owner}: env_id {env_id!r}: cannot import {module!r} to register it ({err})") from None
-    spec = gym.registry.get(name)
-    if spec is None and not module:
-        missing = _import_registering_packages()
-        spec = gym.registry.get(name)
-        if spec is None and "ale_py" in missing and is_atari_id(name):
-            raise ValueError(f"{owner}: env_id {env_id!r} needs {EXTRAS['ale_py']}")
-    if spec is None:
-        close = difflib.get_close_matches(name, list(gym.registry), n=3)
-        hint = f"close matches: {', '.join(close)}" if close else "gymnasium.pprint_registry() lists the registered ids"
-        raise ValueError(f"{owner}: env_id {env_id!r} is not a registered gymnasium env; {hint}")
-    return spec
-
-
-#: Installed packages that register their envs with gymnasium when imported (``ale_py``: the Atari
-#: games, ``ALE/Breakout-v5`` and ``BreakoutNoFrameskip-v4``), so their ids need no ``module:`` prefix.
-REGISTERING_PACKAGES = ("ale_py",)
-
-
-#: The extra that installs each optional package envs come from, as the one-line error names it
-#: (``engine_rl`` has no hard dependency on either).
-EXTRAS = {
-    "ale_py": "the Atari extra: pip install engine_rl[atari] (ale-py)",
-    "mujoco": "the MuJoCo extra: pip install engine_rl[mujoco]",
-}
-
-#: The games ale_py registers as ``<Game>-v0``, ``<Game>-v4``, ``<Game>NoFrameskip-v0`` and
-#: ``<Game>NoFrameskip-v4`` (each game also as ``ALE/<Game>-v5``), so that an Atari id is told apart
-#: from a mistyped one without ale_py and the missing extra is named.
-ATARI_LEGACY_GAMES = frozenset("""
-    Adventure AirRaid Alien Amidar Assault Asterix Asteroids Atlantis BankHeist BattleZone BeamRider Berzerk
-    Bowling Boxing Breakout Carnival Centipede ChopperCommand CrazyClimber Defender DemonAttack DoubleDunk
-    ElevatorAction Enduro FishingDerby Freeway Frostbite Gopher Gravitar Hero IceHockey Jamesbond JourneyEscape
-    Kangaroo Krull KungFuMaster MontezumaRevenge MsPacman NameThisGame Phoenix Pitfall Pong Pooyan PrivateEye
-    Qbert Riverraid RoadRunner Robotank Seaquest Skiing Solaris SpaceInvaders StarGunner Tennis TimePilot
-    Tutankham UpNDown Venture VideoPinball WizardOfWor YarsRevenge Zaxxon
-""".split())
-
-
-def is_atari_id(env_id: str) -> bool:
-    """Whether ``env_id`` names one of ale_py's Atari games (registered only once ale_py is imported).
-
-    Examples:
-        >>> is_atari_id("ALE/Pong-v5"), is_atari_id("BreakoutNoFrameskip-v4"), is_atari_id("Pong-v0")
-        (True, True, True)
-        >>> is_atari_id("CartPole-v1"), is_atari_id("Pong-v5")
-        (False, False)
-    """
-    game = re.fullmatch(r"(\w+?)(?:NoFrameskip)?-v[04]", env_id)
-    return (
-        env_id.startswith("ALE/") or env_id.endswith("NoFrameskip-v4")
-        or (game is not None and game.group(1) in ATARI_LEGACY_GAMES)
-    )
-
-
-def _import_registering_packages() -> tuple[str, ...]:
-    """Import :data:`REGISTERING_PACKAGES`; return those that cannot be imported (not installed)."""
-    missing = []
-    for package in REGISTERING_PACKAGES:
-        try:
-            importlib.import_module(package)
-        except ImportError:
-            missing.append(package)
-    return tuple(missing)
 
 
 _SPACES: dict[tuple[Any, ...], tuple[EnvSpec | None, gym.Space, gym.Space]] = {}
@@ -233,31 +143,8 @@ def make_vec_env(
     from_callable = callable(env_id)
     spec = None if from_callable else env_spec(env_id, owner="make_vec_env")
     route_for(spec)
-    has_vector = spec is not None and spec.vector_entry_point is not None
     wraps = parse_wrappers(wrappers, owner="make_vec_env")
-    if mode is None or mode == "auto":
-        vector = has_vector and not wraps and _vector_entry_point_takes(spec, env_kwargs)
-        mode = "vector_entry_point" if vector else "sync"
-    vector_kwargs: dict[str, Any] = {}
-    if mode == "vector_entry_point" and wraps:
-        raise ValueError(
-            f"make_vec_env: wrappers {tuple(wrappers)} wrap each env copy, which mode='vector_entry_point' "
-            "does not make; use mode 'auto', 'sync' or 'async'"
-        )
-    if mode == "vector_entry_point":
-        if not has_vector:
-            what = f"make_env {callable_name(env_id)} (a callable) has" if from_callable else f"{env_id} registers"
-            raise ValueError(
-                f"make_vec_env: {what} no vector entry point, so mode='vector_entry_point' "
-                "cannot make it; use mode='sync' or 'async' (or None: the fastest available)"
-            )
-        if autoreset_mode is not None:
-            raise ValueError(
-                "make_vec_env: autoreset_mode can only be chosen with mode='sync' or 'async' "
-                f"(vector entry points fix their own), got {autoreset_mode!r}"
-            )
-    else:
-        vector_kwargs["autoreset_mode"] = AutoresetMode(autoreset_mode or AutoresetMode.SAME_STEP)
+    mode, vector_kwargs = _vectorization(env_id, spec, mode, autoreset_mode, wrappers, wraps, env_kwargs)
     if from_callable:
         copies = [partial(_make_one, env_id, wraps, env_kwargs)] * num_envs
         vector_cls = gym.vector.SyncVectorEnv if mode == "sync" else gym.vector.AsyncVectorEnv
@@ -274,6 +161,37 @@ def make_vec_env(
         vector_kwargs=vector_kwargs,
         **env_kwargs,
     )
+
+
+def _vectorization(
+    env_id: str | EnvFactory, spec: EnvSpec | None, mode: VecMode | None, autoreset_mode: AutoresetMode | str | None,
+    wrappers: Sequence[str], wraps: Sequence[EnvWrapper], env_kwargs: Mapping[str, Any],
+) -> tuple[str, dict[str, Any]]:
+    """The vectorization mode of :func:`make_vec_env` (``mode``, or for ``None``/``"auto"`` the
+    fastest that makes the env) and its ``vector_kwargs``; a ``ValueError`` if ``mode`` cannot."""
+    has_vector = spec is not None and spec.vector_entry_point is not None
+    if mode is None or mode == "auto":
+        vector = has_vector and not wraps and _vector_entry_point_takes(spec, env_kwargs)
+        mode = "vector_entry_point" if vector else "sync"
+    if mode != "vector_entry_point":
+        return mode, {"autoreset_mode": AutoresetMode(autoreset_mode or AutoresetMode.SAME_STEP)}
+    if wraps:
+        raise ValueError(
+            f"make_vec_env: wrappers {tuple(wrappers)} wrap each env copy, which mode='vector_entry_point' "
+            "does not make; use mode 'auto', 'sync' or 'async'"
+        )
+    if not has_vector:
+        what = f"make_env {callable_name(env_id)} (a callable) has" if callable(env_id) else f"{env_id} registers"
+        raise ValueError(
+            f"make_vec_env: {what} no vector entry point, so mode='vector_entry_point' "
+            "cannot make it; use mode='sync' or 'async' (or None: the fastest available)"
+        )
+    if autoreset_mode is not None:
+        raise ValueError(
+            "make_vec_env: autoreset_mode can only be chosen with mode='sync' or 'async' "
+            f"(vector entry points fix their own), got {autoreset_mode!r}"
+        )
+    return mode, {}
 
 
 def _vector_entry_point_takes(spec: EnvSpec, env_kwargs: Mapping[str, Any]) -> bool:
