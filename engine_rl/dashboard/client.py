@@ -15,6 +15,8 @@ import http.client
 from typing import Any
 from urllib.parse import urlparse, urlsplit
 
+from engine_rl.checks import fail, is_number
+
 __all__ = ["DEFAULT_URL", "make_client", "split_url"]
 
 #: Where ``engine-rl dashboard`` serves by default.
@@ -64,8 +66,8 @@ def make_client(url: str = DEFAULT_URL, *, env: str = "main", timeout: float = 5
             "`PIP_CONSTRAINT=<file containing 'setuptools<81'> pip install \"engine_rl[visdom]\"` "
             "(visdom 0.2.4 builds only with setuptools<81)"
         ) from err
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"dashboard: argument timeout must be a positive number of seconds, got {timeout!r}")
+    if not (is_number(timeout) and timeout > 0):
+        fail(timeout, "a positive number of seconds", name="argument timeout", owner="dashboard")
     server, port, base = split_url(url)
 
     class _Client(visdom.Visdom):

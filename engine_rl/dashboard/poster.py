@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from engine_rl.checks import fraction, nonnegative_number, positive_int
+
 __all__ = ["BackgroundPoster", "DashboardWarning"]
 
 Call = tuple[Callable[..., Any], dict[str, Any]]
@@ -147,17 +149,14 @@ class BackgroundPoster:
         after_round_interval: float = 10.0,
     ) -> None:
         for arg, value in (("maxsize", maxsize), ("max_history", max_history)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BackgroundPoster: argument {arg} must be a positive int, got {value!r}")
+            positive_int(value, name=f"argument {arg}", owner="BackgroundPoster")
         for arg, value in (("interval", interval), ("retry_min", retry_min), ("retry_max", retry_max),
                            ("after_round_interval", after_round_interval)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"BackgroundPoster: argument {arg} must be a non-negative number, got {value!r}")
+            nonnegative_number(value, name=f"argument {arg}", owner="BackgroundPoster")
         self.name = name
         self.hint = hint
         self.max_history = max_history
-        if isinstance(max_duty, bool) or not isinstance(max_duty, (int, float)) or not 0 < max_duty <= 1:
-            raise ValueError(f"BackgroundPoster: argument max_duty must be a number in (0, 1], got {max_duty!r}")
+        fraction(max_duty, name="argument max_duty", owner="BackgroundPoster", zero=False)
         self.interval = float(interval)
         self.max_duty = float(max_duty)
         self.retry_min = float(retry_min)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from engine_rl.checks import int_in
 from engine_rl.dashboard.assets import install_assets, missing_assets
 from engine_rl.dashboard.serve import FAILED, READY
 
@@ -75,8 +76,7 @@ class VisdomServer:
         log_path: str | os.PathLike | None = None,
         extra_env: dict[str, str] | None = None,
     ) -> None:
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"VisdomServer: argument port must be an int in [0, 65535], got {port!r}")
+        port = int_in(port, 0, 65535, name="argument port", owner="VisdomServer")
         if not _is_loopback(host):
             raise ValueError(
                 f"VisdomServer: argument host must be a loopback address (127.0.0.1, ::1 or localhost), got {host!r}: "

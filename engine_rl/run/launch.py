@@ -14,6 +14,8 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 
+from engine_rl.checks import nonnegative_int, positive_int
+
 __all__ = ["SEED_STRIDE", "default_backend", "free_port", "launched_externally", "rank_config", "rank_seed",
            "run_parallel"]
 
@@ -31,9 +33,7 @@ def rank_seed(seed: int, rank: int) -> int:
         >>> rank_seed(0, 0), rank_seed(0, 1), rank_seed(7, 2)
         (0, 1000003, 2000013)
     """
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise ValueError(f"rank_seed: argument rank must be a non-negative int, got {rank!r}")
-    return seed + rank * SEED_STRIDE
+    return seed + nonnegative_int(rank, name="argument rank", owner="rank_seed") * SEED_STRIDE
 
 
 def rank_config(config: Any, rank: int) -> Any:
@@ -116,8 +116,7 @@ def run_parallel(
         with idist.Parallel(backend=backend) as parallel:
             parallel.run(fn, *args, **kwargs)
         return
-    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-        raise ValueError(f"run_parallel: argument nproc_per_node must be a positive int, got {nproc_per_node!r}")
+    nproc_per_node = positive_int(nproc_per_node, name="argument nproc_per_node", owner="run_parallel")
     if master_port is None and (nnodes or 1) == 1:
         master_port = free_port()
     with idist.Parallel(
