@@ -35,19 +35,12 @@ _DONE = ("next", "done")
 class GAEAdvantage:
     """Write GAE(lambda) advantages and value targets into each collected batch.
 
-    By default the values are recomputed with the current critic (and observation normalizer,
-    through ``value_fn``) rather than read from the collection: one forward over the batch's
-    observations and next observations, ``V`` of the true final observation of truncated
-    episodes, and collectors may skip the critic at every step. The batch must be ``[num_envs, T]``
+    The values come from the current critic (and observation normalizer, through ``value_fn``), not
+    from the collection: one forward over the batch's observations and next observations (so ``V``
+    of the true final observation of truncated episodes), and the policy runs no critic while it
+    collects. The batch must be ``[num_envs, T]``
     with rows contiguous in time (as :class:`~engine_rl.collectors.GymCollector` yields): the next
     observation of a step that did not end an episode is the next step's observation.
-
-    With ``reuse_values=True`` ``V(s_t)`` is the ``"state_value"`` the policy wrote while
-    collecting (the same weights: no update happens between collection and this handler; do not
-    use it with an observation normalizer that this event updates first), ``V(s'_t)`` is
-    ``V(s_{t+1})`` of the next step, and ``value_fn`` runs only on the next observations of the
-    steps that ended an episode and of each row's last step: for a CNN policy, 2T times fewer
-    forwards than recomputing.
 
     Args:
         value_fn: observations ``[..., obs_dim]`` -> values ``[...]`` (e.g. ``policy.value``).
@@ -55,7 +48,6 @@ class GAEAdvantage:
         lmbda: GAE lambda.
         normalize_advantage: standardize the advantages over the whole batch (PPOLoss can do
             it per minibatch instead).
-        reuse_values: read ``V(s_t)`` from the batch's ``"state_value"`` (see above).
 
     Examples:
         >>> from tensordict import TensorDict
@@ -78,7 +70,6 @@ class GAEAdvantage:
         gamma: float,
         lmbda: float,
         normalize_advantage: bool = False,
-        reuse_values: bool = False,
     ) -> None:
         if not callable(value_fn):
             raise TypeError(f"GAEAdvantage: argument value_fn must be callable, got {type(value_fn).__name__}")
@@ -89,7 +80,6 @@ class GAEAdvantage:
         self.gamma = float(gamma)
         self.lmbda = float(lmbda)
         self.normalize_advantage = normalize_advantage
-        self.reuse_values = reuse_values
 
     @torch.no_grad()
     def compute(self, batch: TensorDictBase) -> TensorDictBase:
@@ -102,11 +92,8 @@ class GAEAdvantage:
         require_keys(batch, self.in_keys, consumer="GAEAdvantage")
         obs, next_obs = batch["observation"], batch[_NEXT_OBS]
         n, t = batch.batch_size
-        if self.reuse_values:
-            value, next_value = self._reused_values(batch, next_obs, n, t)
-        else:  # one forward for V(s) and V(s')
-            values = self.value_fn(torch.cat([obs, next_obs])).reshape(2 * n, t)
-            value, next_value = values[:n], values[n:]
+        values = self.value_fn(torch.cat([obs, next_obs])).reshape(2 * n, t)  # one forward for V(s) and V(s')
+        value, next_value = values[:n], values[n:]
         advantage, target = gae(
             batch[_REWARD].reshape(n, t), value, next_value, batch[_TERMINATED].reshape(n, t),
             batch[_DONE].reshape(n, t), gamma=self.gamma, lmbda=self.lmbda,
@@ -118,17 +105,6 @@ class GAEAdvantage:
         batch.set("advantage", advantage)
         batch.set("value_target", target)
         return batch
-
-    def _reused_values(self, batch: TensorDictBase, next_obs: torch.Tensor, n: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
-        require_keys(batch, ["state_value"], consumer="GAEAdvantage (reuse_values=True: the policy must write it)")
-        value = batch["state_value"].reshape(n, t)
-        # s'_t is s_{t+1} unless step t ended an episode (s'_t is its final observation) or is the row's last
-        own = batch[_DONE].reshape(n, t).clone()
-        own[:, -1] = True
-        next_value = torch.empty_like(value)
-        next_value[:, :-1] = value[:, 1:]
-        next_value[own] = self.value_fn(next_obs[own]).reshape(-1).to(value.dtype)
-        return value, next_value
 
     def __call__(self, engine: Engine) -> None:
         self.compute(engine.state.batch)

@@ -1,9 +1,10 @@
 """Stochastic actor-critic policies for on-policy algorithms (PPO): categorical and Gaussian.
 
-A policy reads ``"observation"`` from a TensorDict and writes ``"action"`` and ``"log_prob"``
-(and, if ``write_value``, ``"state_value"``): it plugs into
-:class:`~engine_rl.collectors.GymCollector` as is. The loss calls :meth:`ActorCritic.evaluate`
-(log-probabilities, entropies and values of given actions, with gradients).
+A policy reads ``"observation"`` from a TensorDict and writes ``"action"`` and ``"log_prob"``: it
+plugs into :class:`~engine_rl.collectors.GymCollector` as is. Values come from
+:meth:`ActorCritic.value` (what :class:`handlers.advantage.GAEAdvantage` calls once per batch), and
+the loss calls :meth:`ActorCritic.evaluate` (log-probabilities, entropies and values of given
+actions, with gradients).
 
 :meth:`ActorCritic.greedy` returns the deterministic policy for evaluation: a separate module
 that shares the networks (and the observation normalizer) but nothing mutable — it has its own
@@ -68,8 +69,6 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
         encoder: a trunk shared by the actor and the critic, between the normalizer and them
             (e.g. :class:`~engine_rl.algos.encoders.NatureCNN` for pixels; ``None``: none).
         deterministic: act with the distribution's mode (argmax / mean) instead of sampling.
-        write_value: also write ``"state_value"`` when acting (costs a critic forward per step;
-            PPO's advantage handler recomputes values per batch, so collectors can skip it).
         seed: seed of the policy's own CPU generator for sampling (``None``: drawn from torch's
             global generator). Saved in ``state_dict`` (extra state), so a resumed run samples
             the same actions.
@@ -85,7 +84,6 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
         obs_normalizer: nn.Module | None = None,
         encoder: nn.Module | None = None,
         deterministic: bool = False,
-        write_value: bool = True,
         seed: int | None = None,
     ) -> None:
         super().__init__()
@@ -94,15 +92,13 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
         self.obs_normalizer = obs_normalizer
         self.encoder = encoder
         self.deterministic = deterministic
-        self.write_value = write_value and critic is not None
         if seed is None:
             seed = int(torch.randint(2**62, ()).item())
         self._generator = torch.Generator().manual_seed(seed)
 
     @property
     def out_keys(self) -> list[str]:
-        keys = ["action"] if self.deterministic else ["action", "log_prob"]
-        return keys + (["state_value"] if self.write_value else [])
+        return ["action"] if self.deterministic else ["action", "log_prob"]
 
     # -- distribution (subclasses) --------------------------------------------------------
     @abc.abstractmethod
@@ -134,8 +130,8 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
         return value.squeeze(-1) if value.ndim == obs.ndim else value
 
     def forward(self, td: TensorDictBase) -> TensorDictBase:
-        """Act: write ``"action"`` (and ``"log_prob"`` unless deterministic, ``"state_value"``
-        if ``write_value``) for ``td["observation"]``; returns ``td``."""
+        """Act: write ``"action"`` (and ``"log_prob"`` unless deterministic) for
+        ``td["observation"]``; returns ``td``. The critic does not run."""
         obs = self.features(td["observation"])
         params = self.actor(obs)
         if self.deterministic:
@@ -144,8 +140,6 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
             action, log_prob = self._sample(params)
             td.set("action", action)
             td.set("log_prob", log_prob)
-        if self.write_value:
-            td.set("state_value", self._critic(obs))
         return td
 
     def evaluate(
@@ -166,8 +160,7 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
     def greedy(self) -> ActorCritic:
         """The deterministic policy: shares the networks and normalizer, not the flags or RNG."""
         return type(self)(
-            self.actor, self.critic, obs_normalizer=self.obs_normalizer, encoder=self.encoder, deterministic=True,
-            write_value=False, seed=0,
+            self.actor, self.critic, obs_normalizer=self.obs_normalizer, encoder=self.encoder, deterministic=True, seed=0
         )
 
     def get_extra_state(self) -> dict[str, Any]:
@@ -189,7 +182,7 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
         return idx.to(probs.device).reshape(*probs.shape[:-1], 1)
 
     def extra_repr(self) -> str:
-        return f"deterministic={self.deterministic}, write_value={self.write_value}"
+        return f"deterministic={self.deterministic}"
 
 
 class CategoricalActorCritic(ActorCritic):
@@ -202,7 +195,7 @@ class CategoricalActorCritic(ActorCritic):
         >>> policy = CategoricalActorCritic(mlp(4, 2, (8,)), mlp(4, 1, (8,)), seed=0)
         >>> td = policy(TensorDict({"observation": torch.zeros(3, 4)}, [3]))
         >>> sorted(td.keys()), td["action"].dtype, td["log_prob"].shape
-        (['action', 'log_prob', 'observation', 'state_value'], torch.int64, torch.Size([3]))
+        (['action', 'log_prob', 'observation'], torch.int64, torch.Size([3]))
         >>> greedy = policy.greedy()
         >>> sorted(greedy(TensorDict({"observation": torch.zeros(3, 4)}, [3])).keys())
         ['action', 'observation']
@@ -255,7 +248,7 @@ class GaussianActorCritic(ActorCritic):
         >>> from tensordict import TensorDict
         >>> policy = GaussianActorCritic(GaussianActor(mlp(3, 1, (8,)), action_dim=1), mlp(3, 1, (8,)), seed=0)
         >>> td = policy(TensorDict({"observation": torch.zeros(4, 3)}, [4]))
-        >>> td["action"].shape, td["log_prob"].shape, td["state_value"].shape
+        >>> td["action"].shape, td["log_prob"].shape, policy.value(td["observation"]).shape
         (torch.Size([4, 1]), torch.Size([4]), torch.Size([4]))
     """
 

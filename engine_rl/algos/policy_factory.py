@@ -42,7 +42,6 @@ def make_actor_critic(
     obs_clip: float | None = 10.0,
     log_std_init: float = 0.0,
     ortho_init: bool = True,
-    write_value: bool = True,
     seed: int | None = None,
     kind: str = "auto",
     encoders: Mapping[str | tuple[str, ...], nn.Module] | None = None,
@@ -68,7 +67,6 @@ def make_actor_critic(
         obs_clip: its clamp bound.
         log_std_init: initial log std of a Gaussian policy.
         ortho_init: orthogonal init (gains sqrt 2, 0.01 for the policy head, 1 for the value head).
-        write_value: see :class:`~engine_rl.algos.policies.ActorCritic`.
         seed: see :class:`~engine_rl.algos.policies.ActorCritic`.
         kind: ``"auto"`` (from the action space), ``"categorical"`` or ``"gaussian"``; a kind
             that does not fit the action space is an error.
@@ -103,7 +101,7 @@ def make_actor_critic(
     else:
         policy_cls = GaussianActorCritic
         actor = GaussianActor(actor_net, action_dim=int(action_space.shape[0]), log_std_init=log_std_init)
-    return policy_cls(actor, critic, obs_normalizer=normalizer, encoder=encoder, write_value=write_value, seed=seed)
+    return policy_cls(actor, critic, obs_normalizer=normalizer, encoder=encoder, seed=seed)
 
 
 def action_family(action_space: gym.Space, kind: str = "auto", *, owner: str = "make_actor_critic") -> str:

@@ -200,15 +200,12 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     observation_space, action_space = recipe_spaces(cfg)  # one copy's
     check_sizes(cfg, observation_space, action_space, device=device, networks=2, target=False)
     env = _make_env(cfg, cfg.num_envs, device)
-    # the values the policy writes while collecting are GAE's V(s) unless the observation
-    # statistics change between collection and GAE (the normalizer updates first)
-    reuse_values = not cfg.normalize_observations
     try:
         policy = make_actor_critic(
             observation_space, action_space,
             hidden=cfg.hidden, activation=_ACTIVATIONS[cfg.activation],
             normalize_observations=cfg.normalize_observations, log_std_init=cfg.log_std_init,
-            ortho_init=cfg.ortho_init, write_value=reuse_values, seed=cfg.seed, owner=f"ppo ({env_label(cfg)})",
+            ortho_init=cfg.ortho_init, seed=cfg.seed, owner=f"ppo ({env_label(cfg)})",
         ).to(device)
     except ValueError:
         env.close()
@@ -243,7 +240,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
                   metric="lr").attach(trainer)
     FrameSchedule(loss, "clip_epsilon", start=cfg.clip_epsilon, end=cfg.clip_epsilon_end,
                   total_frames=cfg.total_frames).attach(trainer)
-    GAEAdvantage(policy.value, gamma=cfg.gamma, lmbda=cfg.gae_lambda, reuse_values=reuse_values).attach(trainer)
+    GAEAdvantage(policy.value, gamma=cfg.gamma, lmbda=cfg.gae_lambda).attach(trainer)
     # optim steps
     sampler = MinibatchSampler(cfg.batch_size, keys=loss.in_keys, seed=cfg.seed).attach(trainer)
     if cfg.max_grad_norm > 0:

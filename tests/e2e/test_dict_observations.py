@@ -88,7 +88,7 @@ def test_ppo_composed_by_hand_learns_a_dict_env_with_an_encoder_of_the_users_for
     loss = PPOLoss(policy, entropy_coef=0.01)
     trainer = create_trainer(collector, loss, torch.optim.Adam(policy.parameters(), lr=1e-3),
                              total_frames=4096, num_epochs=4, optim_steps_per_batch=4)
-    GAEAdvantage(policy.value, gamma=0.99, lmbda=0.95, reuse_values=True).attach(trainer)
+    GAEAdvantage(policy.value, gamma=0.99, lmbda=0.95).attach(trainer)
     MinibatchSampler(64, keys=loss.in_keys, seed=seed(0)).attach(trainer)
     trainer.run()
     batch = trainer.state.batch

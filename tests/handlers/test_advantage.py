@@ -58,7 +58,7 @@ def test_normalize_advantage_over_the_batch():
 
 def test_on_batch_collected_in_a_trainer_with_a_real_collector():
     torch.manual_seed(0)
-    policy = CategoricalActorCritic(mlp(4, 2, (16,)), mlp(4, 1, (16,)), write_value=False, seed=0)
+    policy = CategoricalActorCritic(mlp(4, 2, (16,)), mlp(4, 1, (16,)), seed=0)
     collector = GymCollector(make_vec_env("CartPole-v1", 4), policy, frames_per_batch=64, seed=0)
     seen = {}
 

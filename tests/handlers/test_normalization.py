@@ -18,7 +18,7 @@ from handlers.validation import ValidationRollout
 def _policy(seed=0):
     torch.manual_seed(seed)
     return CategoricalActorCritic(mlp(4, 2, (16,)), mlp(4, 1, (16,)), obs_normalizer=Normalizer((4,), epsilon=0.0),
-                                  write_value=False, seed=seed)
+                                  seed=seed)
 
 
 def _trainer(policy, frames=192, **kwargs):

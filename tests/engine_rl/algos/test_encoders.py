@@ -82,7 +82,7 @@ def test_a_dict_policy_acts_evaluates_and_leaves_the_users_encoder_as_it_was():
     assert all(torch.equal(before[k], v) for k, v in mine.state_dict().items())  # not orthogonally re-initialised
     x = obs()
     td = policy(TensorDict({"observation": x}, [5]))
-    assert td["action"].shape == (5,) and td["state_value"].shape == (5,)
+    assert td["action"].shape == (5,) and policy.value(x).shape == (5,)
     log_prob, entropy, value = policy.evaluate(x, td["action"])
     assert torch.allclose(log_prob, td["log_prob"]) and value.shape == (5,)
     with pytest.raises(ValueError, match=r"^demo: normalize_observations is for 1-D Box observations, got Dict\("):

@@ -31,10 +31,10 @@ def test_categorical_acting_writes_keys_and_consistent_log_prob():
     with torch.no_grad():
         td = policy(_td(obs))
     assert td["action"].dtype == torch.int64 and td["action"].shape == (64,)
-    assert td["log_prob"].shape == (64,) and td["state_value"].shape == (64,)
+    assert td["log_prob"].shape == (64,) and set(td.keys()) == {"observation", "action", "log_prob"}
     logits = policy.actor(obs)
     torch.testing.assert_close(td["log_prob"], Categorical(logits=logits).log_prob(td["action"]))
-    torch.testing.assert_close(td["state_value"], policy.critic(obs).squeeze(-1))
+    torch.testing.assert_close(policy.value(obs), policy.critic(obs).squeeze(-1))
 
 
 def test_categorical_sampling_follows_the_probabilities():
@@ -179,12 +179,14 @@ def test_seeded_sampling_is_reproducible_and_resumes_from_state_dict():
         assert all(torch.equal(c(_td(obs))["action"], e) for e in expected)
 
 
-def test_write_value_false_skips_the_critic():
-    policy = _categorical(write_value=False)
+def test_acting_does_not_run_the_critic():
+    policy = _categorical()
+    calls = []
+    policy.critic.register_forward_hook(lambda *args: calls.append(1))
     with torch.no_grad():
         td = policy(_td(torch.zeros(2, 4)))
-    assert "state_value" not in td.keys() and policy.out_keys == ["action", "log_prob"]
-    assert policy.value(torch.zeros(2, 4)).shape == (2,)
+    assert calls == [] and "state_value" not in td.keys() and policy.out_keys == ["action", "log_prob"]
+    assert policy.value(torch.zeros(2, 4)).shape == (2,) and calls == [1]
 
 
 def test_observation_normalizer_inside_the_policy_is_shared_and_saved():
