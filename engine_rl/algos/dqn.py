@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from engine_rl.checks import fraction
 from engine_rl.keys import require_keys
 
 __all__ = ["QValuePolicy", "DQNLoss"]
@@ -91,8 +92,7 @@ class DQNLoss(nn.Module):
         loss: str = "huber",
     ) -> None:
         super().__init__()
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"DQNLoss: gamma must be a number in [0, 1], got {gamma!r}")
+        fraction(gamma, name="gamma", owner="DQNLoss")
         if loss not in ("huber", "mse"):
             raise ValueError(f"DQNLoss: loss must be 'huber' or 'mse', got {loss!r}")
         self.qnet = qnet

@@ -20,6 +20,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from engine_rl.algos.td3 import TanhActor
+from engine_rl.checks import nonnegative_int, nonnegative_number, positive_int
 from engine_rl.keys import present_keys
 
 __all__ = ["EpsilonGreedy", "GaussianNoise", "LinearSchedule", "RandomWarmup", "SeededPolicyWrapper"]
@@ -40,8 +41,7 @@ class LinearSchedule:
     """
 
     def __init__(self, start: float, end: float, steps: int) -> None:
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"LinearSchedule: steps must be a non-negative int, got {steps!r}")
+        steps = nonnegative_int(steps, name="steps", owner="LinearSchedule")
         self.start, self.end, self.steps = float(start), float(end), steps
 
     def value(self, t: float) -> float:
@@ -122,8 +122,7 @@ class EpsilonGreedy(SeededPolicyWrapper):
         super().__init__(seed=seed)
         if not callable(policy):
             raise TypeError(f"EpsilonGreedy: policy must be callable, got {type(policy).__name__}")
-        if isinstance(num_actions, bool) or not isinstance(num_actions, int) or num_actions < 1:
-            raise ValueError(f"EpsilonGreedy: num_actions must be a positive int, got {num_actions!r}")
+        num_actions = positive_int(num_actions, name="num_actions", owner="EpsilonGreedy")
         for name, eps in (("eps_start", eps_start), ("eps_end", eps_end)):
             if not 0.0 <= eps <= 1.0:
                 raise ValueError(f"EpsilonGreedy: {name} must be in [0, 1], got {eps!r}")
@@ -205,8 +204,7 @@ class RandomWarmup(SeededPolicyWrapper):
         super().__init__(seed=seed)
         if not callable(policy):
             raise TypeError(f"RandomWarmup: policy must be callable, got {type(policy).__name__}")
-        if isinstance(frames, bool) or not isinstance(frames, int) or frames < 0:
-            raise ValueError(f"RandomWarmup: frames must be a non-negative int, got {frames!r}")
+        frames = nonnegative_int(frames, name="frames", owner="RandomWarmup")
         low_t = torch.as_tensor(low, dtype=torch.float32).reshape(-1)
         high_t = torch.as_tensor(high, dtype=torch.float32).reshape(-1)
         if low_t.shape != high_t.shape or not bool((high_t >= low_t).all()):
@@ -265,10 +263,9 @@ class GaussianNoise(SeededPolicyWrapper):
         super().__init__(seed=seed)
         if not isinstance(actor, TanhActor):
             raise TypeError(f"GaussianNoise: actor must be a TanhActor, got {type(actor).__name__}")
-        if isinstance(std, bool) or not isinstance(std, (int, float)) or std < 0:
-            raise ValueError(f"GaussianNoise: std must be a non-negative number, got {std!r}")
+        std = nonnegative_number(std, name="std", owner="GaussianNoise")
         self.actor = actor
-        self.std = float(std)
+        self.std = std
 
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         self.frames += td.batch_size.numel()

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 import torch
 
+from engine_rl.checks import fail, is_number
+
 __all__ = ["grad_norm", "non_finite_grads"]
 
 _get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
@@ -36,8 +38,8 @@ def grad_norm(parameters: torch.Tensor | Iterable[torch.Tensor], *, norm_type: f
         >>> grad_norm([w]).item()
         5.0
     """
-    if isinstance(norm_type, bool) or not isinstance(norm_type, (int, float)) or not norm_type > 0:
-        raise ValueError(f"grad_norm: argument norm_type must be a positive number or math.inf, got {norm_type!r}")
+    if not (is_number(norm_type) and norm_type > 0):
+        fail(norm_type, "a positive number or math.inf", name="argument norm_type", owner="grad_norm")
     if isinstance(parameters, torch.Tensor):
         parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]

@@ -22,14 +22,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from engine_rl.checks import fail, is_number
+
 __all__ = ["merge_moments", "RunningMeanStd", "Normalizer", "ReturnScaler"]
 
 
 def _check_ema(ema: float | None, owner: str) -> float | None:
     if ema is None:
         return None
-    if isinstance(ema, bool) or not isinstance(ema, (int, float)) or not 0.0 < ema < 1.0:
-        raise ValueError(f"{owner}: argument ema must be None or a decay in (0, 1), got {ema!r}")
+    if not (is_number(ema) and 0.0 < ema < 1.0):
+        fail(ema, "None or a decay in (0, 1)", name="argument ema", owner=owner)
     return float(ema)
 
 

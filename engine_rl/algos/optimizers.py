@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from engine_rl.checks import positive_number
+
 __all__ = ["adam"]
 
 
@@ -37,8 +39,7 @@ def adam(params: Iterable[Any], *, lr: float, **kwargs: Any) -> torch.optim.Adam
         ...
         ValueError: adam: lr must be a positive finite number, got -1.0
     """
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
-        raise ValueError(f"adam: lr must be a positive finite number, got {lr!r}")
+    positive_number(lr, name="lr", owner="adam", finite=True)
     params = list(params)
     try:
         return torch.optim.Adam(params, lr=lr, fused=True, **kwargs)

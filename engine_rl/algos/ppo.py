@@ -14,15 +14,10 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.algos.policies import ActorCritic
+from engine_rl.checks import nonnegative_number, positive_number
 from engine_rl.keys import require_keys
 
 __all__ = ["PPOLoss"]
-
-
-def _non_negative(owner: str, name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{owner}: argument {name} must be a non-negative number, got {value!r}")
-    return float(value)
 
 
 class PPOLoss(nn.Module):
@@ -82,15 +77,14 @@ class PPOLoss(nn.Module):
             )
         if getattr(policy, "critic", True) is None:
             raise ValueError("PPOLoss: the policy has no critic; PPO needs one for its value loss")
-        if isinstance(clip_epsilon, bool) or not isinstance(clip_epsilon, (int, float)) or not clip_epsilon > 0:
-            raise ValueError(f"PPOLoss: argument clip_epsilon must be a positive number, got {clip_epsilon!r}")
-        if value_clip is not None and not _non_negative("PPOLoss", "value_clip", value_clip) > 0:
+        clip_epsilon = positive_number(clip_epsilon, name="argument clip_epsilon", owner="PPOLoss")
+        if value_clip is not None and nonnegative_number(value_clip, name="argument value_clip", owner="PPOLoss") == 0:
             raise ValueError(f"PPOLoss: argument value_clip must be positive or None, got {value_clip!r}")
         self.policy = policy
-        self.clip_epsilon = float(clip_epsilon)
+        self.clip_epsilon = clip_epsilon
         self.value_clip = value_clip
-        self.value_coef = _non_negative("PPOLoss", "value_coef", value_coef)
-        self.entropy_coef = _non_negative("PPOLoss", "entropy_coef", entropy_coef)
+        self.value_coef = nonnegative_number(value_coef, name="argument value_coef", owner="PPOLoss")
+        self.entropy_coef = nonnegative_number(entropy_coef, name="argument entropy_coef", owner="PPOLoss")
         self.normalize_advantage = normalize_advantage
 
     @property

@@ -33,6 +33,7 @@ from torch import nn
 
 from engine_rl.algos.actors import TanhGaussianActor
 from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
+from engine_rl.checks import positive_int
 
 __all__ = ["QEnsemble", "SACLoss"]
 
@@ -80,9 +81,7 @@ class QEnsemble(nn.Module):
                 f"QEnsemble: sizes must be positive, got obs_dim={obs_dim}, action_dim={action_dim}, "
                 f"hidden={tuple(hidden)}"
             )
-        if isinstance(num_q, bool) or not isinstance(num_q, int) or num_q < 1:
-            raise ValueError(f"QEnsemble: num_q must be a positive int, got {num_q!r}")
-        self.num_q = num_q
+        self.num_q = num_q = positive_int(num_q, name="num_q", owner="QEnsemble")
         self.activation = activation
         self.encoder = encoder
         self.weights = nn.ParameterList()

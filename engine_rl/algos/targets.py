@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine_rl.checks import fraction
+
 __all__ = ["HardUpdate", "SoftUpdate", "check_matching_modules", "check_tau"]
 
 
@@ -80,9 +82,7 @@ def check_matching_modules(source: nn.Module, target: nn.Module, *, consumer: st
 
 def check_tau(tau: float, *, consumer: str) -> float:
     """Return ``tau`` as a float if it is a number in (0, 1]; raise a ``ValueError`` naming ``consumer`` otherwise."""
-    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not (0.0 < tau <= 1.0):
-        raise ValueError(f"{consumer}: argument tau must be a number in (0, 1], got {tau!r}")
-    return float(tau)
+    return fraction(tau, name="argument tau", owner=consumer, zero=False)
 
 
 class HardUpdate:

@@ -31,6 +31,7 @@ from torch import nn
 from engine_rl.algos.actors import box_bounds
 from engine_rl.algos.critic_loss import TRANSITION_KEYS, q_regression, read_transition
 from engine_rl.algos.networks import mlp
+from engine_rl.checks import nonnegative_number, positive_int
 
 __all__ = ["TanhActor", "TD3Loss"]
 
@@ -155,11 +156,9 @@ class TD3Loss(nn.Module):
             raise TypeError(f"TD3Loss: actor must be a TanhActor, got {type(actor).__name__}")
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"TD3Loss: gamma must be in [0, 1], got {gamma}")
-        if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
-            raise ValueError(f"TD3Loss: policy_delay must be a positive int, got {policy_delay!r}")
+        policy_delay = positive_int(policy_delay, name="policy_delay", owner="TD3Loss")
         for name, value in (("target_noise", target_noise), ("noise_clip", noise_clip)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"TD3Loss: {name} must be a non-negative number, got {value!r}")
+            nonnegative_number(value, name=name, owner="TD3Loss")
         self.actor = actor
         self.critic = critic
         self.target_actor = (copy.deepcopy(actor) if target_actor is None else target_actor).requires_grad_(False)

@@ -37,6 +37,7 @@ import torch
 from ignite.engine import Events
 from ignite.handlers import EarlyStopping
 
+from engine_rl.checks import is_int
 from engine_rl.run.checkpoint import (
     AtomicDiskSaver,
     InferenceState,
@@ -105,7 +106,7 @@ class RunOptions:
     def __post_init__(self) -> None:
         for arg in ("checkpoint_every", "until_frames", "patience"):
             value = getattr(self, arg)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and not (is_int(value) and value >= 1):
                 raise RunError(f"train: {arg} must be a positive int or None, got {value!r}")
 
 
