@@ -32,7 +32,6 @@ Examples:
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -40,6 +39,7 @@ from typing import Any, NoReturn
 import gymnasium as gym
 
 from engine_rl.algos.encoders import make_encoder
+from engine_rl.checks import is_int, is_number
 from engine_rl.collectors.env_factory import callable_name
 from engine_rl.collectors.gym_envs import env_spaces, env_spec
 from engine_rl.collectors.wrappers import parse_wrappers
@@ -57,14 +57,6 @@ VECTORIZATIONS = ("auto", "vector_entry_point", "sync", "async")
 #: when unpacking long long"), and a run adds to its seeds (env copy ``i`` is reset with ``seed + i``,
 #: rank ``r`` of ``--nproc`` uses ``seed + r * 1_000_003``, TD3's noise ``seed + 1``).
 SEED_LIMIT = 2**63
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -102,15 +94,15 @@ class FieldChecks:
 
     def positive_ints(self, *names: str, optional: bool = False) -> None:
         """Ints >= 1 (not bools)."""
-        self._each(names, lambda v: _is_int(v) and v >= 1, "a positive int", optional)
+        self._each(names, lambda v: is_int(v) and v >= 1, "a positive int", optional)
 
     def nonnegative_ints(self, *names: str) -> None:
         """Ints >= 0 (not bools)."""
-        self._each(names, lambda v: _is_int(v) and v >= 0, "a non-negative int", False)
+        self._each(names, lambda v: is_int(v) and v >= 0, "a non-negative int", False)
 
     def seeds(self, *names: str) -> None:
         """Ints in [0, 2**63) (:data:`SEED_LIMIT`)."""
-        self._each(names, lambda v: _is_int(v) and 0 <= v < SEED_LIMIT,
+        self._each(names, lambda v: is_int(v) and 0 <= v < SEED_LIMIT,
                    "an int in [0, 2**63) (torch takes seeds below 2**64; env copies and ranks add to a seed)", False)
 
     def bools(self, *names: str) -> None:
@@ -119,20 +111,20 @@ class FieldChecks:
 
     def positive(self, *names: str, optional: bool = False) -> None:
         """Finite numbers > 0."""
-        self._each(names, lambda v: _is_number(v) and math.isfinite(v) and v > 0, "a positive finite number", optional)
+        self._each(names, lambda v: is_number(v) and math.isfinite(v) and v > 0, "a positive finite number", optional)
 
     def nonnegative(self, *names: str, optional: bool = False) -> None:
         """Finite numbers >= 0."""
-        self._each(names, lambda v: _is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0", optional)
+        self._each(names, lambda v: is_number(v) and math.isfinite(v) and v >= 0, "a finite number >= 0", optional)
 
     def finite(self, *names: str, optional: bool = False) -> None:
         """Finite numbers."""
-        self._each(names, lambda v: _is_number(v) and math.isfinite(v), "a finite number", optional)
+        self._each(names, lambda v: is_number(v) and math.isfinite(v), "a finite number", optional)
 
     def fractions(self, *names: str, zero: bool = True, optional: bool = False) -> None:
         """Numbers in [0, 1] (``zero=False``: in (0, 1])."""
         low = "[0" if zero else "(0"
-        self._each(names, lambda v: _is_number(v) and (0 <= v if zero else 0 < v) and v <= 1,
+        self._each(names, lambda v: is_number(v) and (0 <= v if zero else 0 < v) and v <= 1,
                    f"a number in {low}, 1]", optional)
 
     def choice(self, name: str, options: tuple[str, ...]) -> None:
@@ -142,7 +134,7 @@ class FieldChecks:
 
     def widths(self, *names: str) -> None:
         """Tuples of positive ints (hidden layer widths; empty: no hidden layer)."""
-        self._each(names, lambda v: isinstance(v, tuple) and all(_is_int(w) and w >= 1 for w in v),
+        self._each(names, lambda v: isinstance(v, tuple) and all(is_int(w) and w >= 1 for w in v),
                    "a tuple of positive ints (layer widths)", False)
 
     def names(self, *names: str) -> None:
