@@ -25,19 +25,18 @@ logging, checkpoints — is a handler attached to an event (see :mod:`engine_rl.
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-from ignite.engine import Engine, Events
+from ignite.engine import Engine, Events, EventsList, RemovableEventHandle
 from tensordict import TensorDictBase
 
 from engine_rl.checks import nonnegative_int, positive_int
 from engine_rl.events import RL_COUNTERS, RL_EVENT_TO_ATTR, RLEvents
 from engine_rl.keys import MASK_KEY, present_keys, require_keys
 
-__all__ = ["RLTrainer", "create_trainer"]
+__all__ = ["RLTrainer", "RecordingEngine", "attached_objects", "create_trainer"]
 
 LossModule = Callable[[TensorDictBase], Mapping[str, torch.Tensor] | TensorDictBase]
 
@@ -57,11 +56,135 @@ def _as_optimizer_list(optimizers: Any) -> list[torch.optim.Optimizer]:
     )
 
 
-class RLTrainer(Engine):
+class _Attached(NamedTuple):
+    """One ``add_event_handler`` call, as the caller made it."""
+
+    event: Any  # the event as given, its filter included
+    handler: Callable  # as given (not Ignite's wrapper of a filtered handler)
+    args: tuple
+    kwargs: dict
+    # what Ignite registered (the wrapper, for a filtered event): the handle returned for it refers
+    # to it weakly, so it is kept alive for that handle to keep working after a re-attachment
+    registered: Callable
+
+
+class RecordingEngine(Engine):
+    """An Ignite ``Engine`` that keeps a record of the handlers attached to each of its events.
+
+    Ignite has no public way to list an engine's handlers. This engine extends its public
+    ``add_event_handler`` and ``remove_event_handler`` — which ``Engine.on``,
+    ``RemovableEventHandle.remove`` and the stock handlers' ``attach`` all go through — to note
+    what they add and remove. The record serves :meth:`attached_handlers`,
+    :func:`attached_objects` (the stateful handlers a checkpoint saves), :class:`RLTrainer`
+    (which fires only the events somebody listens to) and :meth:`prepend_event_handler`.
+    Handlers written into Ignite's internals directly (its time profilers' own) are not in it.
+
+    Examples:
+        >>> from ignite.engine import Events
+        >>> engine = RecordingEngine(lambda e, batch: None)
+        >>> def log(e): pass
+        >>> def stop(e): pass
+        >>> handle = engine.add_event_handler(Events.EPOCH_COMPLETED(every=2), log)
+        >>> _ = engine.prepend_event_handler(Events.EPOCH_COMPLETED, stop)
+        >>> [h.__name__ for h in engine.attached_handlers(Events.EPOCH_COMPLETED)]
+        ['stop', 'log']
+        >>> handle.remove()
+        >>> [h.__name__ for h in engine.attached_handlers()]
+        ['stop']
+    """
+
+    def __init__(self, process_function: Callable[[Any, Any], Any]) -> None:
+        self._record: dict[Any, list[_Attached]] = {}  # event -> its handlers, in call order
+        super().__init__(process_function)
+
+    def add_event_handler(self, event_name: Any, handler: Callable, *args: Any, **kwargs: Any) -> RemovableEventHandle:
+        """Ignite's ``add_event_handler``, noted in the record."""
+        handle = super().add_event_handler(event_name, handler, *args, **kwargs)
+        if not isinstance(event_name, EventsList):  # Ignite adds a list's events one by one, through this method
+            entry = _Attached(event_name, handler, args, kwargs, handle.handler())
+            self._record.setdefault(event_name, []).append(entry)
+        return handle
+
+    def remove_event_handler(self, handler: Callable, event_name: Any) -> None:
+        """Ignite's ``remove_event_handler``, noted in the record."""
+        super().remove_event_handler(handler, event_name)
+        if event_name in self._record:  # Ignite removed every registration of handler: keep those left
+            entries = self._record[event_name]
+            self._record[event_name] = [a for a in entries if self.has_event_handler(a.handler, event_name)]
+
+    def attached_handlers(self, event_name: Any | None = None) -> list[Callable]:
+        """The handlers attached to ``event_name``, in the order Ignite calls them (each as it was
+        given, without Ignite's filter wrapper); with no event, those of all events, event by
+        event in the order each event got its first handler."""
+        if event_name is not None:
+            return [a.handler for a in self._record.get(event_name, ())]
+        return [a.handler for entries in self._record.values() for a in entries]
+
+    def prepend_event_handler(
+        self, event_name: Any, handler: Callable, *args: Any, **kwargs: Any
+    ) -> RemovableEventHandle:
+        """``add_event_handler``, but ``handler`` runs before the handlers already on ``event_name``.
+
+        Ignite calls an event's handlers in the order they were attached and has no public way
+        to insert one earlier, so this orders them by attach time: it removes the handlers
+        already there (``remove_event_handler``), attaches ``handler``, then attaches them again
+        with their events (filters included) and arguments (``add_event_handler``). The handles
+        returned for them earlier keep working. ``event_name`` is one event, not a list.
+        """
+        if isinstance(event_name, EventsList):
+            raise TypeError(f"prepend_event_handler: argument event_name must be one event, got the list {event_name}")
+        before = list(self._record.get(event_name, ()))
+        for attached in before:  # Ignite removes all the registrations of a handler at once
+            if self.has_event_handler(attached.handler, event_name):
+                self.remove_event_handler(attached.handler, event_name)
+        handle = self.add_event_handler(event_name, handler, *args, **kwargs)
+        for attached in before:
+            super().add_event_handler(attached.event, attached.handler, *attached.args, **attached.kwargs)
+        self._record[event_name].extend(before)
+        return handle
+
+
+def attached_objects(engine: Engine) -> list[Any]:
+    """The distinct objects behind ``engine``'s event handlers, in attach order (event by event).
+
+    A handler that is a bound method counts as its object; a handler wrapped with
+    ``functools.wraps`` (``__wrapped__``) counts as what it wraps; engines themselves are left
+    out. ``engine`` must keep a record of its handlers (an ``attached_handlers()`` method, as a
+    :class:`RecordingEngine` has: :class:`RLTrainer`, :class:`~engine_rl.evaluation.Evaluator`):
+    a plain Ignite ``Engine`` is a ``TypeError``, as Ignite has no public way to list what is
+    attached to it.
+
+    Examples:
+        >>> from ignite.engine import Events
+        >>> from ignite.handlers import Timer
+        >>> engine = RecordingEngine(lambda e, batch: None)
+        >>> timer = Timer().attach(engine)
+        >>> attached_objects(engine) == [timer]
+        True
+    """
+    listed = getattr(engine, "attached_handlers", None)
+    if not callable(listed):
+        raise TypeError(
+            f"attached_objects: a plain ignite {type(engine).__name__} keeps no record of its handlers that "
+            "Ignite's public API can list; build it as an engine_rl.engine.RecordingEngine (create_trainer and "
+            "create_evaluator do)"
+        )
+    found: dict[int, Any] = {}
+    for handler in listed():
+        while hasattr(handler, "__wrapped__"):
+            handler = handler.__wrapped__
+        obj = getattr(handler, "__self__", handler)
+        if not isinstance(obj, Engine):
+            found.setdefault(id(obj), obj)
+    return list(found.values())
+
+
+class RLTrainer(RecordingEngine):
     """An Ignite ``Engine`` that iterates a collector and runs optimization per batch.
 
-    Build it with :func:`create_trainer`. It is a plain ``Engine``: every stock Ignite handler
-    attaches to it; ``run()`` without arguments iterates the collector given at construction.
+    Build it with :func:`create_trainer`. It is an Ignite ``Engine`` (a :class:`RecordingEngine`):
+    every stock Ignite handler attaches to it; ``run()`` without arguments iterates the collector
+    given at construction.
     ``state_dict()`` includes the RL counters (``frames``, ``batches``, ``optim_steps``,
     ``optim_epochs``) so ``ignite.handlers.Checkpoint`` resumes them.
     """
@@ -157,24 +280,15 @@ class RLTrainer(Engine):
 
     # -- process function -----------------------------------------------------------------
     def _fire(self, event: RLEvents) -> None:
-        """Call the handlers of ``event``: Ignite's ``_fire_event`` minus its per-call debug log.
+        """Ignite's ``fire_event(event)``, when a handler is attached to ``event``.
 
-        Ignite's dispatch costs ~13 µs even with no handler (it formats a debug message every
-        time); per optim step that adds up, so events with no handler cost one dict lookup and
-        the others call their handlers directly, with Ignite's argument conventions.
+        Several events fire per optim step, and Ignite's dispatch costs the same with no handler
+        as with one (it checks the event against the engine's list of allowed events, then formats
+        a debug message): an event nobody listens to costs one lookup in the engine's record
+        instead (see :class:`RecordingEngine`).
         """
-        handlers = self._event_handlers.get(event)
-        if not handlers:
-            return
-        self.last_event_name = event
-        for func, args, kwargs in handlers:
-            if args and isinstance(args[0], weakref.ref):
-                engine = args[0]()
-                if engine is None:
-                    raise RuntimeError("Engine reference not resolved. Cannot execute event handler.")
-                func(engine, *args[1:], **kwargs)
-            else:
-                func(*args, **kwargs)
+        if self._record.get(event):
+            self.fire_event(event)
 
     def _count_frames(self, batch: TensorDictBase) -> int:
         mask = batch.get(MASK_KEY, None)

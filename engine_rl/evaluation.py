@@ -50,12 +50,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-from ignite.engine import Engine
 from torch import nn
-from engine_rl.checks import nonnegative_int, positive_int
 
+from engine_rl.checks import nonnegative_int, positive_int
 from engine_rl.collectors import Policy, run_episodes
 from engine_rl.collectors.info import check_info_keys
+from engine_rl.engine import RecordingEngine
 
 __all__ = ["EVAL_METRICS", "Evaluator", "create_evaluator"]
 
@@ -63,7 +63,7 @@ __all__ = ["EVAL_METRICS", "Evaluator", "create_evaluator"]
 EVAL_METRICS: tuple[str, ...] = ("return_mean", "return_std", "return_min", "return_max", "length_mean")
 
 
-class Evaluator(Engine):
+class Evaluator(RecordingEngine):
     """An Ignite ``Engine`` that evaluates ``policy`` on ``env``; build it with :func:`create_evaluator`.
 
     ``run()`` takes no data: it runs one iteration, one evaluation. ``num_episodes``, ``seed``

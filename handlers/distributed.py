@@ -17,11 +17,12 @@ handler                           event (position)                       does
 
 "First" handlers run before those the recipe attached to the same event (frames before
 schedules and frame-based evaluations, averaged gradients before ``GradClipper`` and NaN
-guards, gathered scores before ``EarlyStopping`` and best-policy checkpoints), so every rank
-takes the same decisions: a decision taken on one rank alone would leave the others waiting in
-a collective. :class:`handlers.NaNGuard` takes its skip or stop decisions with the other ranks
-itself; :func:`make_data_parallel` gives it the gradients that a ``GradClipper`` would otherwise
-be the first to check (it raises the same error on every rank).
+guards, gathered scores before ``EarlyStopping`` and best-policy checkpoints; see
+:func:`add_handler_first`), so every rank takes the same decisions: a decision taken on one
+rank alone would leave the others waiting in a collective. :class:`handlers.NaNGuard` takes
+its skip or stop decisions with the other ranks itself; :func:`make_data_parallel` gives it the
+gradients that a ``GradClipper`` would otherwise be the first to check (it raises the same error
+on every rank).
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ from engine_rl.distributed import (
     module_tensors,
     reporting_rank,
 )
+from engine_rl.engine import attached_objects
 from engine_rl.evaluation import EVAL_METRICS
 from engine_rl.events import RLEvents
 from engine_rl.finite import NonFiniteElsewhere, NonFiniteError
-from engine_rl.run.checkpoint import attached_objects
 from handlers.episodes import EpisodeStats, finished_episodes
 from handlers.gradients import GradClipper
 from handlers.kl_stop import KLEarlyStop
@@ -64,10 +65,21 @@ __all__ = [
 
 
 def add_handler_first(engine: Engine, event: Any, handler: Any) -> None:
-    """``engine.add_event_handler(event, handler)``, moved before the handlers already there."""
-    engine.add_event_handler(event, handler)
-    handlers = engine._event_handlers[event]
-    handlers.insert(0, handlers.pop())
+    """Attach ``handler`` to ``event``, to run before the handlers already there.
+
+    Ignite calls an event's handlers in the order they were attached. A
+    :class:`~engine_rl.engine.RecordingEngine` (the trainer of ``create_trainer``, the evaluator
+    of ``create_evaluator``) knows the handlers already on ``event``: its
+    :meth:`~engine_rl.engine.RecordingEngine.prepend_event_handler` attaches ``handler``, then
+    attaches them again after it, through Ignite's public API. A plain Ignite ``Engine`` keeps no
+    such record, so there ``handler`` is simply attached: attach it before the handlers it must
+    precede.
+    """
+    prepend = getattr(engine, "prepend_event_handler", None)
+    if callable(prepend):
+        prepend(event, handler)
+    else:
+        engine.add_event_handler(event, handler)
 
 
 class FrameSync:

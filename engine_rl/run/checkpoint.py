@@ -27,9 +27,10 @@ are views of its storage) and ``torch.save`` streams them to the file.
 
 Examples:
     >>> import tempfile, torch
-    >>> from ignite.engine import Engine, Events
+    >>> from ignite.engine import Events
     >>> from ignite.handlers import Checkpoint
-    >>> trainer = Engine(lambda engine, batch: None)
+    >>> from engine_rl.engine import RecordingEngine
+    >>> trainer = RecordingEngine(lambda engine, batch: None)  # an Engine that lists its handlers
     >>> net = torch.nn.Linear(2, 1)
     >>> to_save = training_state(trainer, {"net": net, "optimizer": torch.optim.SGD(net.parameters(), lr=0.1)})
     >>> sorted(to_save)
@@ -56,6 +57,7 @@ from typing import Any
 import torch
 from ignite.handlers import Checkpoint
 
+from engine_rl.engine import attached_objects
 from engine_rl.run.checkpoint_writes import (
     INFERENCE_FORMAT,
     AtomicDiskSaver,
@@ -65,7 +67,7 @@ from engine_rl.run.checkpoint_writes import (
     check_finite,
     check_weights_only,
 )
-from engine_rl.run.state import EngineMetrics, RNGState, attached_objects, training_state
+from engine_rl.run.state import EngineMetrics, RNGState, training_state
 
 __all__ = [
     "AtomicDiskSaver",

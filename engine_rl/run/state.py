@@ -15,7 +15,9 @@ import numpy as np
 import torch
 from ignite.engine import Engine
 
-__all__ = ["EngineMetrics", "RNGState", "attached_objects", "training_state"]
+from engine_rl.engine import attached_objects
+
+__all__ = ["EngineMetrics", "RNGState", "training_state"]
 
 
 class RNGState:
@@ -88,23 +90,6 @@ def _has_state(obj: Any) -> bool:
     return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
-def attached_objects(engine: Engine) -> list[Any]:
-    """The distinct objects behind ``engine``'s event handlers, in the order they were attached.
-
-    A handler that is a bound method counts as its object; filtered handlers are unwrapped.
-    Engines themselves are left out.
-    """
-    found: dict[int, Any] = {}
-    for handlers in engine._event_handlers.values():
-        for handler, _, _ in handlers:
-            while hasattr(handler, "__wrapped__"):
-                handler = handler.__wrapped__
-            obj = getattr(handler, "__self__", handler)
-            if not isinstance(obj, Engine):
-                found.setdefault(id(obj), obj)
-    return list(found.values())
-
-
 def training_state(
     trainer: Engine,
     objects: Mapping[str, Any] | None = None,
@@ -127,7 +112,10 @@ def training_state(
             are included without being named.
         handlers: add the stateful objects attached to the trainer and the evaluators, as
             ``"trainer.ClassName"`` / ``"evaluator.ClassName"`` (``_2``, ``_3`` for repeats),
-            unless already in ``objects``.
+            unless already in ``objects`` (see :func:`engine_rl.engine.attached_objects`). The
+            engines must keep a record of their handlers, as ``create_trainer``'s and
+            ``create_evaluator``'s do: a plain Ignite ``Engine`` is a ``TypeError`` (Ignite has
+            no public way to list its handlers); name its stateful handlers in ``objects``.
         rng: add ``"rng"``: :class:`RNGState`.
         metrics: add ``"trainer_metrics"``: :class:`EngineMetrics` of the trainer.
 
@@ -137,7 +125,8 @@ def training_state(
         is attached after, so it does not save itself).
 
     Raises:
-        TypeError: naming the entry that has no ``state_dict``/``load_state_dict``.
+        TypeError: naming the entry that has no ``state_dict``/``load_state_dict``, or the
+            engine that keeps no record of its handlers.
     """
     if not isinstance(trainer, Engine):
         raise TypeError(f"training_state: argument trainer must be an ignite Engine, got {type(trainer).__name__}")
@@ -156,27 +145,43 @@ def training_state(
     if metrics:
         to_save.setdefault("trainer_metrics", EngineMetrics(trainer))
     if handlers:
-        saved = {id(obj) for obj in to_save.values()}
-        engines: list[tuple[str, Engine]] = [("trainer", trainer)]
-        evaluators = list(evaluators)
-        for obj in attached_objects(trainer):  # e.g. ValidationRollout.evaluator
-            ev = getattr(obj, "evaluator", None)
-            if isinstance(ev, Engine):
-                evaluators.append(ev)
-        seen_engines = {id(trainer)}
-        for ev in evaluators:
-            if id(ev) not in seen_engines:
-                seen_engines.add(id(ev))
-                engines.append(("evaluator" if len(engines) == 1 else f"evaluator{len(engines)}", ev))
-        for engine_name, engine in engines:
-            for obj in attached_objects(engine):
-                if id(obj) in saved or not _has_state(obj):
-                    continue
-                saved.add(id(obj))
-                base = f"{engine_name}.{type(obj).__name__}"
-                key, n = base, 1
-                while key in to_save:
-                    n += 1
-                    key = f"{base}_{n}"
-                to_save[key] = obj
+        _add_attached(to_save, trainer, evaluators)
     return to_save
+
+
+def _recording(engine: Any, what: str) -> Engine:
+    """``engine``, if it keeps a record of its handlers; a ``TypeError`` naming ``what`` otherwise."""
+    if not (isinstance(engine, Engine) and callable(getattr(engine, "attached_handlers", None))):
+        raise TypeError(
+            f"training_state: {what} is a plain ignite {type(engine).__name__}, whose handlers Ignite's public API "
+            "cannot list; build it with create_trainer/create_evaluator (or as an engine_rl.engine.RecordingEngine), "
+            "or pass handlers=False and name its stateful handlers in objects"
+        )
+    return engine
+
+
+def _add_attached(to_save: dict[str, Any], trainer: Engine, evaluators: Iterable[Engine]) -> None:
+    """Add the stateful objects attached to ``trainer`` and the evaluators to ``to_save``."""
+    engines: list[tuple[str, Engine]] = [("trainer", _recording(trainer, "the trainer"))]
+    named = [(f"evaluators[{i}]", ev) for i, ev in enumerate(evaluators)]
+    for obj in attached_objects(trainer):  # e.g. ValidationRollout.evaluator
+        ev = getattr(obj, "evaluator", None)
+        if isinstance(ev, Engine):
+            named.append((f"the evaluator of the trainer's {type(obj).__name__}", ev))
+    seen_engines = {id(trainer)}
+    for what, ev in named:
+        if id(ev) not in seen_engines:
+            seen_engines.add(id(ev))
+            engines.append(("evaluator" if len(engines) == 1 else f"evaluator{len(engines)}", _recording(ev, what)))
+    saved = {id(obj) for obj in to_save.values()}
+    for engine_name, engine in engines:
+        for obj in attached_objects(engine):
+            if id(obj) in saved or not _has_state(obj):
+                continue
+            saved.add(id(obj))
+            base = f"{engine_name}.{type(obj).__name__}"
+            key, n = base, 1
+            while key in to_save:
+                n += 1
+                key = f"{base}_{n}"
+            to_save[key] = obj

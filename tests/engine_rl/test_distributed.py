@@ -464,6 +464,45 @@ def test_epoch_stops_are_synced_only_where_a_kl_stop_can_end_epochs():
     assert "epoch_stop" in make_data_parallel(trainer(4, kl=False), sync_epoch_stops=True)
 
 
+def test_the_syncs_run_before_the_handlers_attached_earlier(monkeypatch):
+    """make_data_parallel comes after the recipe's handlers, yet its frame, gradient and score syncs
+    run first on their events (the trainer and evaluator re-attach the others after them); on a plain
+    Ignite engine, which keeps no record of its handlers, add_handler_first can only append."""
+    from ignite.engine import Engine, Events
+
+    from engine_rl import RLEvents
+    from engine_rl.collectors import make_vec_env
+    from engine_rl.evaluation import create_evaluator
+    from handlers import GradClipper
+    from handlers.distributed import EvalSync, FrameSync, GradientSync, add_handler_first, make_data_parallel
+
+    calls = []
+    for cls in (FrameSync, GradientSync, EvalSync):  # one process: the syncs are no-ops; record when they run
+        monkeypatch.setattr(cls, "__call__", lambda self, engine, name=cls.__name__: calls.append(name))
+    net = torch.nn.Linear(2, 1)
+    trainer = create_trainer([TensorDict({"x": torch.ones(4, 2)}, [4])], lambda td: {"loss": net(td["x"]).mean()},
+                             torch.optim.SGD(net.parameters(), lr=0.1))
+    trainer.add_event_handler(RLEvents.BATCH_COLLECTED(every=1), lambda e: calls.append("batch handler"))
+    clipper = GradClipper(net, max_norm=1.0).attach(trainer)
+    trainer.add_event_handler(RLEvents.BACKWARD_COMPLETED, lambda e: calls.append("backward handler"))
+    policy = lambda td: td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))  # noqa: E731
+    evaluator = create_evaluator(make_vec_env("CartPole-v1", 1), policy, num_episodes=1, seed=0)
+    evaluator.add_event_handler(Events.ITERATION_COMPLETED, lambda e: calls.append("evaluator handler"))
+    attached = make_data_parallel(trainer, modules=[net], evaluators=[evaluator])
+    assert trainer.attached_handlers(RLEvents.BACKWARD_COMPLETED)[0] is attached["gradients"]
+    clipper.remove()  # a handle given before the re-attachment still works
+    trainer.run(max_epochs=1)
+    evaluator.run()
+    assert calls == ["FrameSync", "batch handler", "GradientSync", "backward handler", "EvalSync", "evaluator handler"]
+
+    calls.clear()
+    plain = Engine(lambda e, batch: None)
+    plain.add_event_handler(Events.ITERATION_COMPLETED, lambda e: calls.append("earlier"))
+    add_handler_first(plain, Events.ITERATION_COMPLETED, lambda e: calls.append("later"))
+    plain.run([None])
+    assert calls == ["earlier", "later"]
+
+
 def test_run_parallel_argument_errors():
     with pytest.raises(ValueError, match="run_parallel: argument nproc_per_node must be a positive int, got 0"):
         run_parallel(print, nproc_per_node=0, backend="gloo")

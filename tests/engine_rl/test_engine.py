@@ -289,3 +289,49 @@ def test_default_run_length_stops_on_frames_for_infinite_collector():
     trainer.run()
     assert trainer.state.frames == 80
     assert epochs == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]  # default epoch_length: a tenth of the run
+
+
+def test_events_without_handlers_are_not_fired_and_removed_handlers_are_gone():
+    """The trainer fires an RL event through Ignite's public fire_event only when a handler is attached
+    to it; a handler removed (its handle's remove(), remove_event_handler, an events list) is neither
+    called nor listed."""
+    from unittest.mock import patch
+
+    trainer, _ = _trainer(_batches(2))
+    calls = []
+    handle = trainer.add_event_handler(RLEvents.OPTIM_STEP_DONE, lambda e: calls.append("handle"))
+
+    def by_name(engine):
+        calls.append("by name")
+
+    trainer.add_event_handler(RLEvents.OPTIM_STEP_DONE(every=2), by_name)
+    listed = trainer.add_event_handler(RLEvents.EPOCH_DONE | RLEvents.SAMPLE_REQUESTED, lambda e: calls.append("list"))
+    assert [len(trainer.attached_handlers(e)) for e in (RLEvents.EPOCH_DONE, RLEvents.SAMPLE_REQUESTED)] == [1, 1]
+    handle.remove()
+    trainer.remove_event_handler(by_name, RLEvents.OPTIM_STEP_DONE)
+    listed.remove()
+    kept = trainer.add_event_handler(RLEvents.BACKWARD_COMPLETED, lambda e: calls.append("kept"))
+    with patch.object(trainer, "fire_event", wraps=trainer.fire_event) as fire_event:
+        trainer.run(max_epochs=1)
+    fired = {call.args[0] for call in fire_event.call_args_list}
+    assert RLEvents.BACKWARD_COMPLETED in fired and fired.isdisjoint(set(RLEvents) - {RLEvents.BACKWARD_COMPLETED})
+    assert calls == ["kept", "kept"]
+    assert [trainer.attached_handlers(e) for e in RLEvents if e != RLEvents.BACKWARD_COMPLETED] == [[]] * 4
+    kept.remove()
+    assert all(h.__self__ is trainer for h in trainer.attached_handlers())  # its own: STARTED, EPOCH_COMPLETED
+
+
+def test_prepend_event_handler_runs_first_keeps_filters_arguments_and_handles():
+    trainer, _ = _trainer(_batches(1), optim_steps_per_batch=4)
+    order = []
+    every2 = trainer.add_event_handler(RLEvents.OPTIM_STEP_DONE(every=2),
+                                       lambda e: order.append(("every2", e.state.optim_steps)))
+    trainer.add_event_handler(RLEvents.OPTIM_STEP_DONE, lambda e, tag: order.append((tag, e.state.optim_steps)), "arg")
+    trainer.prepend_event_handler(RLEvents.OPTIM_STEP_DONE, lambda e: order.append(("first", e.state.optim_steps)))
+    trainer.run(max_epochs=1)
+    assert order == [("first", 1), ("arg", 1), ("first", 2), ("every2", 2), ("arg", 2),
+                     ("first", 3), ("arg", 3), ("first", 4), ("every2", 4), ("arg", 4)]
+    every2.remove()  # the handle of a handler attached again still removes it
+    assert len(trainer.attached_handlers(RLEvents.OPTIM_STEP_DONE)) == 2
+    with pytest.raises(TypeError, match="prepend_event_handler: argument event_name must be one event"):
+        trainer.prepend_event_handler(RLEvents.OPTIM_STEP_DONE | RLEvents.EPOCH_DONE, lambda e: None)

@@ -103,6 +103,50 @@ def test_training_state_names_objects_finds_stateful_handlers_and_evaluator_best
         training_state(trainer, {"lr": 0.1})
 
 
+class Counter:
+    """A user's handler with state: calls counted, kept across a resume."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self, engine):
+        self.n += 1
+
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.n = state["n"]
+
+
+def test_a_users_stateful_handler_is_saved_and_a_removed_one_is_neither_saved_nor_called():
+    from engine_rl import RLEvents
+
+    trainer, _, _ = small_trainer()
+    kept, removed, by_name = Counter(), Counter(), Counter()
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, kept)  # plain add_event_handler, as the README says
+    trainer.add_event_handler(RLEvents.BATCH_COLLECTED(every=2), removed).remove()
+    trainer.add_event_handler(RLEvents.OPTIM_STEP_DONE, by_name)
+    trainer.remove_event_handler(by_name, RLEvents.OPTIM_STEP_DONE)
+    to_save = training_state(trainer)
+    assert [k for k in to_save if k.startswith("trainer.")] == ["trainer.Counter"]
+    assert to_save["trainer.Counter"] is kept
+    trainer.run(max_epochs=1)
+    assert (kept.n, removed.n, by_name.n) == (6, 0, 0)
+
+
+def test_a_plain_ignite_engine_keeps_no_record_of_its_handlers_and_training_state_says_so():
+    trainer, _, _ = small_trainer()
+    plain = Engine(lambda e, batch: None)
+    plain.add_event_handler(Events.COMPLETED, EarlyStopping(2, lambda e: 0.0, trainer))
+    with pytest.raises(TypeError, match=r"training_state: evaluators\[0\] is a plain ignite Engine, whose "
+                                        r"handlers Ignite's public API cannot list; build it with create_trainer"):
+        training_state(trainer, evaluators=[plain])
+    with pytest.raises(TypeError, match=r"training_state: the trainer is a plain ignite Engine.*handlers=False"):
+        training_state(plain)
+    assert list(training_state(plain, handlers=False)) == ["trainer", "rng", "trainer_metrics"]
+
+
 def test_full_state_saves_with_weights_only_and_resumes_the_same_numbers(tmp_path):
     def build():
         torch.manual_seed(0)
