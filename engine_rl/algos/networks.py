@@ -7,8 +7,6 @@ from collections.abc import Sequence
 import torch  # noqa: F401  (the docstring example uses it)
 from torch import nn
 
-from engine_rl.algos.precision import OutputLinear
-
 __all__ = ["mlp"]
 
 
@@ -20,9 +18,6 @@ def mlp(
     activation: type[nn.Module] = nn.ReLU,
 ) -> nn.Sequential:
     """A multilayer perceptron ``in -> hidden... -> out`` with ``activation`` between layers.
-
-    The output layer is an :class:`~engine_rl.algos.precision.OutputLinear`: an ``nn.Linear`` that
-    stays float32 under ``torch.autocast`` (so outputs keep their precision in bfloat16 runs).
 
     Examples:
         >>> net = mlp(4, 2, (8,))
@@ -39,6 +34,6 @@ def mlp(
     for width in hidden:
         layers += [nn.Linear(last, width), activation()]
         last = width
-    layers.append(OutputLinear(last, out_features))
+    layers.append(nn.Linear(last, out_features))
     return nn.Sequential(*layers)
 

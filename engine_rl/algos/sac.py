@@ -43,8 +43,8 @@ class QEnsemble(nn.Module):
 
     Layer ``l`` of all critics is one weight ``[num_q, in, out]`` and one bias ``[num_q, 1, out]``,
     applied with a single batched matmul; each critic is initialized like ``nn.Linear`` (uniform
-    in ``+-1/sqrt(in)``), independently of the others. Under ``torch.autocast`` the output layer
-    runs in the parameters' dtype, like :class:`engine_rl.algos.precision.OutputLinear`.
+    in ``+-1/sqrt(in)``), independently of the others. The output layer (one unit per critic) is
+    the product written out, ``sum(h * w) + b``.
 
     Args:
         obs_dim: observation size (with an ``encoder``: its ``features``).
@@ -119,19 +119,8 @@ class QEnsemble(nn.Module):
         for w, b in layers[:-1]:
             x = self.activation(torch.baddbmm(b, x, w))
         w, b = layers[-1]
-        if torch.is_autocast_enabled(x.device.type):
-            # the output layer stays in the parameters' precision (engine_rl.algos.precision)
-            with torch.autocast(x.device.type, enabled=False):
-                x = self._output_layer(x.to(w.dtype), w, b)
-        else:
-            x = self._output_layer(x, w, b)
+        x = torch.sum(x * w.transpose(1, 2), dim=-1, keepdim=True) + b  # Q_i = h_i . w_i + b_i
         return x.reshape(num_q, *batch)
-
-    @staticmethod
-    def _output_layer(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        # one output per critic: a broadcast multiply-sum, faster on CPU forward and backward
-        # than bmm's single-column product (tests/benchmarks/sac_update.py)
-        return torch.sum(x * w.transpose(1, 2), dim=-1, keepdim=True) + b
 
     def extra_repr(self) -> str:
         sizes = [self.weights[0].shape[1], *(w.shape[2] for w in self.weights)]

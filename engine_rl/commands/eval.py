@@ -27,6 +27,7 @@ from engine_rl.recipes.checks import SEED_LIMIT
 from engine_rl.recipes.env_source import recipe_vec_env
 from engine_rl.run.checkpoint import CheckpointError, InferenceState, attached_objects, load_inference
 from engine_rl.run.driver import make_config
+from engine_rl.run.folder import REMOVED_FIELDS
 from engine_rl.run.stored_config import check_stored_code
 
 
@@ -71,7 +72,8 @@ def evaluate_checkpoint(
     check_stored_code(state["config"], source=f"checkpoint {path}: its config", owner=recipe.config_cls.__name__,
                       trusted=trust_config)
     try:
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()}
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in state["config"].items()
+                  if k not in REMOVED_FIELDS}  # removed fields shaped the training only: any value evaluates
         known = {f.name for f in dataclasses.fields(recipe.config_cls)}
         fields.update({k: device if k == "device" else "auto" for k in ("device", "replay_device") if k in known})
         config = make_config(recipe.name, fields)

@@ -17,7 +17,6 @@ from torch import nn
 
 from engine_rl.algos.compile import compile_loss
 from engine_rl.algos.encoders import make_encoder
-from engine_rl.algos.precision import PRECISIONS, AutocastLoss, compute_dtype
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
 from engine_rl.recipes.base import Setup
@@ -78,10 +77,6 @@ class OffPolicyConfig(EnvOptions):
     in ``gymnasium.wrappers``, keyword arguments as literals, e.g. ``--set wrappers=FlattenObservation``
     (Discrete, Tuple or Dict observations to a 1-D Box) or ``--set 'wrappers=TimeLimit(max_episode_steps=200)'``.
     None by default."""
-    precision: str = "float32"
-    """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
-    'bfloat16' (autocast; may be faster: measure with tests/benchmarks/sac_update.py; parameters, gradients,
-    optimizer state and the networks' output layers stay float32; engine_rl.algos.precision)."""
     compile: bool = False
     """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.algos.compile``; CUDA
     graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
@@ -124,7 +119,6 @@ class OffPolicyConfig(EnvOptions):
         check.widths("hidden")
         check.names("info_keys", "wrappers")
         check.kwargs("env_kwargs")
-        check.choice("precision", PRECISIONS)
         check.bools("compile")
         if self.frames_per_batch % self.num_envs:
             raise ValueError(
@@ -194,7 +188,7 @@ def build_off_policy(
 
     A uniform :class:`~engine_rl.replay.ReplayBuffer` of ``min(buffer_size, total_frames)`` rows
     filled on every batch and sampled ``batch_size`` rows per optim step; the loss under the
-    config's ``precision`` and ``compile``; ``steps_per_batch`` optim steps per batch once
+    config's ``compile``; ``steps_per_batch`` optim steps per batch once
     ``learning_starts`` frames are in; a deterministic evaluation every ``eval_every`` batches.
     The recipe moves its loss and exploration to ``config_devices(cfg)[0]`` before building the optimizers
     and attaches its target-network updaters to the returned ``Setup.trainer``.
@@ -203,10 +197,8 @@ def build_off_policy(
     rows = min(cfg.buffer_size, cfg.total_frames)  # a too large replay names the field that set its rows
     buffer = ReplayBuffer(rows, seed=cfg.seed, device=replay_device, capacity_label=f"{type(cfg).__name__}: "
                           f"{'buffer_size' if cfg.buffer_size <= cfg.total_frames else 'total_frames'}")
-    dtype = compute_dtype(cfg.precision, owner=type(cfg).__name__, device=device)
-    trained_loss = loss if dtype is None else AutocastLoss(loss, dtype)
     trainer = create_trainer(
-        collector, compile_loss(trained_loss, enabled=cfg.compile), optimizers,
+        collector, compile_loss(loss, enabled=cfg.compile), optimizers,
         total_frames=cfg.total_frames,
         learning_starts=cfg.learning_starts,
         optim_steps_per_batch=cfg.steps_per_batch,

@@ -48,10 +48,6 @@ class SACConfig(OffPolicyConfig):
     """Entropy target of the temperature; None: -action_dim."""
     eval_episodes: int = 10
     """Deterministic (mean action) evaluation episodes per evaluation."""
-    precision: str = "float32"
-    """Precision of the update's matrix products: 'float32' (Stable-Baselines3's numerics) or
-    'bfloat16' (autocast; may be faster: measure with tests/benchmarks/sac_update.py; parameters, gradients,
-    optimizer state and the networks' output layers stay float32; engine_rl.algos.precision)."""
     seed: int = 0
     """Seed of torch, the collector's envs, the warm-up actions and the replay sampler."""
 

@@ -26,7 +26,7 @@ from engine_rl.run.lock import RunLock, RunLockError
 __all__ = [
     "RunError", "check_out", "check_resume_source", "check_same_config", "config_record", "drop_newer_checkpoints",
     "drop_untracked_best", "existing_or_none", "make_out", "nothing_to_resume", "open_run_folder", "read_config_json",
-    "results_of", "track_files_on_disk", "truncate_metrics", "write_text",
+    "results_of", "track_files_on_disk", "truncate_metrics", "without_removed_fields", "write_text",
 ]
 
 
@@ -60,11 +60,17 @@ def nothing_to_resume(out: Path) -> RunError:
 #: continues a GPU run on a CPU machine).
 MOVABLE = ("device", "replay_device")
 
+#: Config fields removed from the recipes, each with the value every run trained with before it
+#: went (its default then). A stored config holding that value resumes: the run trained as the
+#: recipes train now. Any other value is refused, naming the field (:func:`read_config_json`).
+REMOVED_FIELDS = {"precision": "float32"}  # SAC/TD3's bfloat16 option (issue 38)
+
 
 def read_config_json(out: Path) -> dict[str, Any]:
-    """The JSON object in ``out/config.json``, as stored (data: nothing it names is imported); a
-    :class:`RunError` naming the file and what is wrong: missing, not a regular file, unreadable,
-    not UTF-8, not valid JSON (where), not an object."""
+    """The JSON object in ``out/config.json``, as stored (data: nothing it names is imported) but
+    for :data:`REMOVED_FIELDS` holding their old default, which are left out; a :class:`RunError`
+    naming the file and what is wrong: missing, not a regular file, unreadable, not UTF-8, not
+    valid JSON (where), not an object, a removed field set to anything but its old default."""
     path = out / "config.json"
     if not path.exists():
         raise nothing_to_resume(out)
@@ -86,7 +92,26 @@ def read_config_json(out: Path) -> dict[str, Any]:
                        f"{damaged}") from None
     if not isinstance(saved, dict):
         raise RunError(f"--resume: {path} holds {_json_kind(saved)}, not a JSON object; {damaged}")
-    return saved
+    return without_removed_fields(saved, source=f"--resume: {path}")
+
+
+def without_removed_fields(saved: dict[str, Any], *, source: str) -> dict[str, Any]:
+    """``saved`` without the :data:`REMOVED_FIELDS` that hold their old default; a :class:`RunError`
+    (``source`` first) for one set to another value: that run trained in a way no recipe offers now.
+
+    Examples:
+        >>> without_removed_fields({"lr": 0.001, "precision": "float32"}, source="demo")
+        {'lr': 0.001}
+        >>> without_removed_fields({"precision": "bfloat16"}, source="demo")
+        Traceback (most recent call last):
+        ...
+        engine_rl.run.folder.RunError: demo: precision='bfloat16' cannot resume: the precision field was removed from the recipes (only its old default, 'float32', resumes); start a new run in another --out
+    """
+    for key, default in REMOVED_FIELDS.items():
+        if key in saved and saved[key] != default:
+            raise RunError(f"{source}: {key}={saved[key]!r} cannot resume: the {key} field was removed from the "
+                           f"recipes (only its old default, {default!r}, resumes); start a new run in another --out")
+    return {k: v for k, v in saved.items() if k not in REMOVED_FIELDS}
 
 
 def _json_kind(value: Any) -> str:

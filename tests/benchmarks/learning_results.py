@@ -6,7 +6,7 @@ evaluation (10 episodes, fixed eval seed) of the policy at the end of the run. P
 markdown table (for the README) and, last, one JSON line with every figure.
 
     python tests/benchmarks/learning_results.py --recipes dqn-cartpole ppo-cartpole --seeds 0 1 2
-    python tests/benchmarks/learning_results.py --recipes sac-pendulum --set precision=bfloat16
+    python tests/benchmarks/learning_results.py --recipes sac-pendulum --set batch_size=512
 
 ``--set key=value`` (repeatable) passes config overrides to every run; the table's recipe
 column then lists them.

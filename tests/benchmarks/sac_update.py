@@ -9,10 +9,6 @@ Variants, interleaved and repeated (medians reported):
 - ``engine``: :class:`engine_rl.algos.SACLoss` over a stacked :class:`QEnsemble` (one batched
   matmul per layer for both critics, critics' parameters detached in the actor loss), the three
   losses summed and back-propagated once, ``torch.optim.Adam(fused=True)``, one soft target update.
-- ``engine_bfloat16``: the same under :class:`engine_rl.algos.precision.AutocastLoss` with bfloat16
-  (what ``--set precision=bfloat16`` builds): matmuls in bfloat16, output layers, parameters,
-  gradients and optimizer state in float32. ``native_bfloat16`` says whether this CPU has
-  bfloat16 dot products (without them bfloat16 is emulated and slower).
 
 ``output_layer_us``: forward plus backward of the critics' last layer (2 critics, 256 rows,
 256 -> 1) as a batched matmul (``torch.baddbmm``) vs the broadcast multiply-sum that
@@ -41,7 +37,6 @@ from torch import nn
 from engine_rl.algos.actors import TanhGaussianActor
 from engine_rl.algos.networks import mlp
 from engine_rl.algos.optimizers import adam
-from engine_rl.algos.precision import AutocastLoss, native_bfloat16
 from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.algos.targets import SoftUpdate
 from engine_rl.events import RLEvents
@@ -64,7 +59,7 @@ def _sample() -> TensorDict:
     )
 
 
-def make_engine_step(dtype: torch.dtype | None = None):
+def make_engine_step():
     torch.manual_seed(0)
     actor = TanhGaussianActor.build(OBS, gym.spaces.Box(-2.0, 2.0, (ACT,)), hidden=HIDDEN)
     critic = QEnsemble(OBS, ACT, HIDDEN)
@@ -73,10 +68,9 @@ def make_engine_step(dtype: torch.dtype | None = None):
     opts = [adam(p, lr=1e-3) for p in groups]
     target = SoftUpdate(critic, loss.target_critic, tau=0.005)
     td = _sample()
-    loss_fn = loss if dtype is None else AutocastLoss(loss, dtype)
 
     def step() -> None:
-        out = loss_fn(td)
+        out = loss(td)
         total = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
         for opt in opts:
             opt.zero_grad(set_to_none=True)
@@ -144,7 +138,7 @@ def make_output_layer(kind: str):
     grad = torch.randn(2, BATCH, 1)
     if kind == "baddbmm":
         return lambda: torch.baddbmm(b, x, w).backward(grad)
-    return lambda: QEnsemble._output_layer(x, w, b).backward(grad)
+    return lambda: (torch.sum(x * w.transpose(1, 2), dim=-1, keepdim=True) + b).backward(grad)  # QEnsemble's
 
 
 def interleaved(arms: dict, reps: int, n: int, scale: float) -> dict[str, float]:
@@ -180,8 +174,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     reps, n = (3, 10) if args.quick else (9, 30)
-    steps = {"engine": make_engine_step(), "engine_bfloat16": make_engine_step(torch.bfloat16),
-             "sb3_style": make_sb3_style_step()}
+    steps = {"engine": make_engine_step(), "sb3_style": make_sb3_style_step()}
     med = interleaved(steps, reps, n, 1e3)
     layer = interleaved({"baddbmm": make_output_layer("baddbmm"), "multiply_sum": make_output_layer("sum")},
                         reps, 10 * n, 1e6)
@@ -193,9 +186,6 @@ def main() -> None:
         "engine_ms_per_update": round(med["engine"], 3),
         "sb3_style_ms_per_update": round(med["sb3_style"], 3),
         "ratio_engine_over_sb3_style": round(med["engine"] / med["sb3_style"], 3),
-        "native_bfloat16": native_bfloat16(),
-        "engine_bfloat16_ms_per_update": round(med["engine_bfloat16"], 3),
-        "ratio_bfloat16_over_float32": round(med["engine_bfloat16"] / med["engine"], 3),
         "output_layer_us": {k: round(v, 1) for k, v in layer.items()},
         "ratio_multiply_sum_over_baddbmm": round(layer["multiply_sum"] / layer["baddbmm"], 3),
         "recipe_ms_per_frame": round(recipe_ms_per_frame(300 if args.quick else 1100), 3),

@@ -30,9 +30,8 @@ env copies (``--variant num_envs=1`` runs it on one), SB3 (rl-zoo) from one env;
 threads of its own beyond torch's one.
 
 ``--variant KEY=VALUE`` (repeatable) adds a third arm, ``variant``: the engine recipe with those
-``--set`` overrides (e.g. ``--variant compile=true``, or ``--variant precision=bfloat16`` for
-sac-pendulum's bfloat16 matmuls),
-reported as ``variant_*`` figures next to the default recipe's.
+``--set`` overrides (e.g. ``--variant compile=true``), reported as ``variant_*`` figures next to
+the default recipe's.
 
 Repetitions are interleaved per algorithm (sb3, engine[, variant], then reversed, ...) and
 medians reported.

@@ -7,7 +7,6 @@ import pytest
 import torch
 from ignite.handlers import Checkpoint
 
-from engine_rl.algos.precision import AutocastLoss
 from engine_rl.cli import main
 from engine_rl.recipes import get_recipe
 from engine_rl.run.driver import make_config, train
@@ -72,34 +71,39 @@ def test_errors_name_the_problem(capsys):
     assert "SACConfig: override batch_size='big' is not a valid int" in capsys.readouterr().err
     assert main(["train", "sac-pendulum", "--set", "frames_per_batch=3", "--set", "num_envs=2"]) == 2
     assert "frames_per_batch (3) must be a multiple of num_envs (2)" in capsys.readouterr().err
-    assert main(["train", "sac-pendulum", "--set", "precision=fp16"]) == 2
-    assert "SACConfig: precision must be one of ('float32', 'bfloat16'), got 'fp16'" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"sac needs a continuous \(Box\) action space; CartPole-v1 has Discrete"):
         get_recipe("sac-pendulum").build(make_config("sac-pendulum", {"env_id": "CartPole-v1"}))
 
 
-def test_bfloat16_precision_wraps_the_loss_and_checkpoints_like_float32(tmp_path):
-    overrides = {"seed": seed(1), "total_frames": 300, "frames_per_batch": 10, "batch_size": 64,
-                 "eval_every_frames": 300, "eval_episodes": 2}
-    low = get_recipe("sac-pendulum").build(make_config("sac-pendulum", {**overrides, "precision": "bfloat16"}))
-    full = get_recipe("sac-pendulum").build(make_config("sac-pendulum", overrides))
-    try:
-        wrapper = low.trainer.loss_module
-        assert isinstance(wrapper, AutocastLoss) and wrapper.dtype == torch.bfloat16
-        assert wrapper.loss is low.to_save["loss"] and full.trainer.loss_module is full.to_save["loss"]
-        low.trainer.run()
-        assert low.trainer.state.optim_steps == 210
-        losses = low.trainer.state.output
-        assert {"loss_actor", "loss_qvalue", "loss_alpha"} <= set(losses)
-        assert all(math.isfinite(v) for v in losses.values()), losses
-        # same checkpoint layout as a float32 run: the parameters stay float32
-        state = low.to_save["loss"].state_dict()
-        assert {k: (v.shape, v.dtype) for k, v in state.items()} == {
-            k: (v.shape, v.dtype) for k, v in full.to_save["loss"].state_dict().items()}
-        assert low.trainer.state.metrics["eval_return_mean"] > -2000
-    finally:
-        low.close()
-        full.close()
+def test_a_run_saved_with_the_removed_precision_field_resumes_and_evaluates_at_its_old_default(tmp_path, capsys):
+    """Run folders from before the bfloat16 option went hold ``"precision": "float32"`` in config.json
+    and in their inference checkpoints' config: they resume and evaluate; a bfloat16 run is refused
+    in one line naming the field."""
+    out = tmp_path / "run"
+    args = ["--out", str(out), "--no-progress", "--seed", seed_arg(2), "--frames", "300", "--set", "frames_per_batch=10",
+            "--set", "batch_size=32", "--set", "hidden=(16,16)", "--set", "eval_every_frames=150",
+            "--set", "eval_episodes=1"]
+    assert main(["train", "sac-pendulum", *args, "--until-frames", "150"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert "precision" not in config
+    inference = torch.load(out / "inference.pt", weights_only=True)
+    inference["config"]["precision"] = "bfloat16"  # evaluation never used it: any value evaluates
+    torch.save(inference, tmp_path / "old_inference.pt")
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "old_inference.pt"), "--episodes", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 1
+
+    (out / "config.json").write_text(json.dumps({**config, "precision": "bfloat16"}))
+    assert main(["train", "sac-pendulum", "--out", str(out), "--resume", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert (f"{out / 'config.json'}: precision='bfloat16' cannot resume: the precision field was removed from the "
+            "recipes (only its old default, 'float32', resumes); start a new run in another --out") in err
+
+    (out / "config.json").write_text(json.dumps({**config, "precision": "float32"}))
+    assert main(["train", "sac-pendulum", "--out", str(out), "--resume", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["frames"] == 300 and summary["resumed_from_frames"] == 150
 
 
 def test_recipes_listing_shows_sac_pendulum(capsys):
@@ -111,23 +115,20 @@ def test_recipes_listing_shows_sac_pendulum(capsys):
 
 @pytest.mark.slow
 @pytest.mark.ci
-@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_sac_pendulum_learns_quickly(tmp_path, precision):
-    """Seed 0, 4k frames of the default recipe (and with bfloat16 matmuls): mean deterministic
-    return over 10 episodes >= -600 (random play: about -1200; ~60 s and ~40 s here)."""
-    cfg = make_config("sac-pendulum", {"seed": seed(0), "total_frames": 4_000, "eval_every_frames": 4_000,
-                                       "precision": precision})
+def test_sac_pendulum_learns_quickly(tmp_path):
+    """Seed 0, 4k frames of the default recipe: mean deterministic return over 10 episodes >= -600
+    (random play: about -1200; ~60 s here)."""
+    cfg = make_config("sac-pendulum", {"seed": seed(0), "total_frames": 4_000, "eval_every_frames": 4_000})
     summary = train("sac-pendulum", cfg, tmp_path, progress=False)
     assert summary["frames"] == 4_000
     assert summary["eval_return_mean"] >= -600, summary
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path, precision):
-    """Seed 0, default config (20k frames, rl-zoo hyperparameters; and with bfloat16 matmuls):
-    mean deterministic return over 10 episodes >= -200 (rl-zoo: -157 +- 89 at 20k)."""
-    cfg = make_config("sac-pendulum", {"seed": seed(0), "precision": precision})
+def test_sac_pendulum_reaches_minus_200_within_20k_frames(tmp_path):
+    """Seed 0, default config (20k frames, rl-zoo hyperparameters): mean deterministic return over
+    10 episodes >= -200 (rl-zoo: -157 +- 89 at 20k)."""
+    cfg = make_config("sac-pendulum", {"seed": seed(0)})
     summary = train("sac-pendulum", cfg, tmp_path, progress=False)
     assert summary["frames"] == 20_000
     assert summary["eval_return_mean"] >= -200, summary

@@ -6,7 +6,6 @@ import pytest
 import torch
 from ignite.handlers import Checkpoint
 
-from engine_rl.algos.precision import AutocastLoss
 from engine_rl.cli import main
 from engine_rl.events import RLEvents
 from engine_rl.recipes import get_recipe
@@ -79,20 +78,6 @@ def test_target_networks_update_with_the_actor():
     assert steps["actor loss"] == steps["actor"] == steps["critic"] == list(range(3, 151, 3))
 
 
-@pytest.mark.filterwarnings("ignore:TD3Config. precision='bfloat16' on a CPU without native bfloat16")
-def test_bfloat16_precision_runs_the_loss_under_autocast():
-    cfg = make_config("td3-pendulum", {"total_frames": 300, "learning_starts": 200, "frames_per_batch": 50,
-                                       "eval_every_frames": 10_000, "eval_episodes": 1, "hidden": (16, 16),
-                                       "batch_size": 32, "precision": "bfloat16"})
-    setup = get_recipe("td3-pendulum").build(cfg)
-    assert isinstance(setup.trainer.loss_module, AutocastLoss)
-    setup.trainer.run()
-    setup.close()
-    losses = setup.trainer.state.losses
-    assert losses["loss_qvalue"].dtype == torch.float32 and torch.isfinite(losses["loss_qvalue"])
-    assert all(p.dtype == torch.float32 for p in setup.to_save["loss"].parameters())
-
-
 def test_recipe_config_defaults_follow_rl_zoo():
     cfg = make_config("td3-pendulum")
     assert (cfg.total_frames, cfg.lr, cfg.batch_size, cfg.tau, cfg.gamma, cfg.learning_starts, cfg.buffer_size) == (
@@ -108,8 +93,8 @@ def test_errors_name_the_problem(capsys):
     assert "TD3Config: policy_delay must be a positive int, got 0" in capsys.readouterr().err
     assert main(["train", "td3-pendulum", "--set", "target_noise=-1"]) == 2
     assert "TD3Config: target_noise must be a finite number >= 0, got -1.0" in capsys.readouterr().err
-    assert main(["train", "td3-pendulum", "--set", "precision=half"]) == 2
-    assert "TD3Config: precision must be one of ('float32', 'bfloat16'), got 'half'" in capsys.readouterr().err
+    assert main(["train", "td3-pendulum", "--set", "precision=bfloat16"]) == 2  # the option was removed
+    assert "TD3Config: unknown key 'precision'; valid keys:" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"td3 needs a continuous \(Box\) action space; CartPole-v1 has Discrete"):
         get_recipe("td3-pendulum").build(make_config("td3-pendulum", {"env_id": "CartPole-v1"}))
 

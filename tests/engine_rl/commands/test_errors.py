@@ -59,8 +59,6 @@ BAD = [
     (["train", "ppo-cartpole", "--set", "batch_size=512"], 2, "PPOConfig: batch_size (512) exceeds the frames per batch"),
     (["train", "ppo-cartpole", "--set", "gae_lambda=-0.5"], 2, "PPOConfig: gae_lambda must be a number in [0, 1], got -0.5"),
     (["train", "sac-pendulum", "--set", "alpha_init=nan"], 2, "SACConfig: alpha_init must be a positive finite number, got nan"),
-    (["train", "sac-pendulum", "--set", "precision=fp16"], 2,
-     "SACConfig: precision must be one of ('float32', 'bfloat16'), got 'fp16'"),
     (["train", "td3-pendulum", "--set", "policy_delay=0"], 2, "TD3Config: policy_delay must be a positive int, got 0"),
     (["train", "td3-pendulum", "--set", "tau=0"], 2, "TD3Config: tau must be a number in (0, 1], got 0.0"),
     (["train", "dqn-pong"], 2, "unknown recipe 'dqn-pong'; known recipes: dqn-atari, dqn-cartpole"),

@@ -3,6 +3,7 @@ lock is released at the end, also on errors; a stale lock is taken over; no chec
 from NaN weights."""
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -174,3 +175,21 @@ def test_nan_weights_are_not_checkpointed_the_previous_checkpoint_stays_and_the_
     assert message.endswith(f"the previous checkpoint, {previous}, is intact")
     assert all(torch.isfinite(t).all() for t in load_checkpoint(previous)["qnet"].values())
     assert not (out / LOCK_NAME).exists() and not (out / "summary.json").exists()
+
+
+# -- config.json of older runs -------------------------------------------------------------------
+
+def test_a_removed_field_at_its_old_default_is_no_difference_and_another_value_is_refused(tmp_path):
+    from engine_rl.run.folder import check_same_config, config_record, read_config_json
+
+    config = make_config("sac-pendulum")
+    record = config_record("sac-pendulum", config)
+    assert "precision" not in record
+    (tmp_path / "config.json").write_text(json.dumps({**record, "precision": "float32"}))  # before issue 38
+    assert read_config_json(tmp_path) == record
+    check_same_config(tmp_path, "sac-pendulum", config)
+    (tmp_path / "config.json").write_text(json.dumps({**record, "precision": "bfloat16"}))
+    match = (r"config\.json: precision='bfloat16' cannot resume: the precision field was removed from the recipes "
+             r"\(only its old default, 'float32', resumes\); start a new run in another --out$")
+    with pytest.raises(RunError, match=match):
+        check_same_config(tmp_path, "sac-pendulum", config)
