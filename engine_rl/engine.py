@@ -202,7 +202,9 @@ class RLTrainer(RecordingEngine):
         epoch_length: int | None,
         device: torch.device | None,
     ) -> None:
+        self._rl_events_registered = False  # see register_events
         super().__init__(self._process)
+        self.register_events()  # the RL events, unless Ignite's constructor already registered through it
         self.collector = collector
         self.loss_module = loss_module
         self.optimizers = optimizers
@@ -215,13 +217,25 @@ class RLTrainer(RecordingEngine):
         # a function by its name; a module (or another callable object) by its class
         self._loss_name = getattr(loss_module, "__name__", None) or type(loss_module).__name__
         self._loss_keys_checked = False
-        self.register_events(*RLEvents, event_to_attr=RL_EVENT_TO_ATTR)
         for name in RL_COUNTERS:
             self.state_dict_user_keys.append(name)
         self._reset_counters()
         self._frames_reached = False
         self.add_event_handler(Events.STARTED, self._on_started)
         self.add_event_handler(Events.EPOCH_COMPLETED, self._stop_when_frames_reached)
+
+    def register_events(self, *event_names: Any, event_to_attr: dict | None = None) -> None:
+        """Ignite's ``register_events``, with the RL events registered ahead of all others.
+
+        ``fire_event`` first checks that the event was registered, comparing it with the
+        registered events in order, and Ignite's own come first (its constructor registers them
+        through this method). The RL events go ahead of them, as several fire per optim step.
+        """
+        if not self._rl_events_registered:
+            self._rl_events_registered = True
+            super().register_events(*RLEvents, event_to_attr=RL_EVENT_TO_ATTR)
+        if event_names:
+            super().register_events(*event_names, event_to_attr=event_to_attr)
 
     # -- counters -------------------------------------------------------------------------
     def _reset_counters(self) -> None:
@@ -283,9 +297,9 @@ class RLTrainer(RecordingEngine):
         """Ignite's ``fire_event(event)``, when a handler is attached to ``event``.
 
         Several events fire per optim step, and Ignite's dispatch costs the same with no handler
-        as with one (it checks the event against the engine's list of allowed events, then formats
-        a debug message): an event nobody listens to costs one lookup in the engine's record
-        instead (see :class:`RecordingEngine`).
+        as with one (it checks that the event was registered, see :meth:`register_events`, then
+        formats a debug message): an event nobody listens to costs one lookup in the engine's
+        record instead (see :class:`RecordingEngine`).
         """
         if self._record.get(event):
             self.fire_event(event)
