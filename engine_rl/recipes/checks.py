@@ -6,7 +6,7 @@ value it got, e.g. ``DQNConfig: lr must be a positive finite number, got nan``. 
 config is made and listed without the extras its env may need. :meth:`FieldChecks.env` checks
 that ``make_env`` makes an env, or else that ``env_id`` is registered, and that its spaces suit
 the algorithm (made once per id or callable, see :func:`~engine_rl.collectors.gym_envs.env_spaces`);
-it runs through :meth:`~engine_rl.recipes.env_options.EnvOptions.check_env`, with the algorithm's
+it runs through :meth:`~engine_rl.recipes.config_base.RecipeConfig.check_env`, with the algorithm's
 :class:`EnvNeeds`, when a recipe is built and when ``engine-rl train`` starts.
 
 Examples:

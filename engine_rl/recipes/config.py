@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
+import inspect
+import textwrap
+import types
 import typing
 from typing import Any
 
@@ -12,7 +16,8 @@ __all__ = ["apply_overrides", "describe_config", "field_docs"]
 
 def field_docs(cls: type) -> dict[str, str]:
     """Docstrings written under each dataclass field (``x: int = 1`` then ``\"\"\"doc\"\"\"``),
-    base classes' first, so a subclass that redeclares a field documents it anew."""
+    base classes' first: a subclass that redeclares a field to change its default keeps the base's
+    docstring, unless it writes one of its own."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if dataclasses.is_dataclass(klass):
@@ -21,10 +26,8 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _own_field_docs(cls: type) -> dict[str, str]:
-    import inspect
-
     try:
-        tree = ast.parse(inspect.getsource(cls))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))  # dedent: a class defined in a function
     except (OSError, TypeError):
         return {}
     body = tree.body[0].body  # type: ignore[attr-defined]
@@ -41,64 +44,73 @@ def _own_field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+_NOT_A_LITERAL = object()
+
+
 def _coerce(name: str, text: str, annotation: Any, owner: str) -> Any:
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        if text.lower() == "none" and type(None) in args:
+    """The ``--set name=text`` value as the field's type, or a ``ValueError`` naming the config, the
+    field, the text and the type: ``'none'`` for an optional field; bools as true/false, yes/no or
+    1/0; ints also as ``1e6``; tuples and dicts as Python literals, and tuples of names also as
+    ``a,b`` (split at the commas outside brackets, so ``TimeLimit(max_episode_steps=200),FlattenObservation``
+    is two wrappers); a field that takes a str (``make_env``'s ``'module:function'``) as the text.
+
+    A small parser, not tyro's or OmegaConf's: both were tried on these fields. tyro parses
+    ``--name value`` flags and reports in a multi-line box, refuses ``dict[str, Any]`` (``env_kwargs``)
+    and a callable-or-str field (``make_env``), and reads neither ``true`` nor ``1e6``; OmegaConf's
+    dotlist reads YAML (``None`` and ``(32, 32)`` stay strings), its dataclass schema refuses
+    ``make_env``'s union, and its errors span three lines. Either would change what ``--set``
+    accepts and the one-line errors that name the field, the value and the type.
+    """
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if text.lower() == "none" and len(options) < len(typing.get_args(annotation)):
             return None
-        non_none = [a for a in args if a is not type(None)]
-        if str in non_none:  # a name, e.g. make_env's 'module:function'
+        if str in options:  # a name, e.g. make_env's 'module:function'
             return text
-        if len(non_none) == 1:
-            return _coerce(name, text, non_none[0], owner)
-    if annotation is bool:
-        lowered = text.lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
-    elif annotation is int:
-        try:
-            value = float(text) if any(c in text for c in ".eE") else int(text)
-            if float(value).is_integer():
-                return int(value)
-        except ValueError:
-            pass
-    elif annotation is float:
-        try:
-            return float(text)
-        except ValueError:
-            pass
-    elif annotation is str:
+        if len(options) == 1:
+            annotation = options[0]
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is str:
         return text
-    elif origin is tuple and args and args[0] is str:  # names: "a,b", "('a', 'b')" or "" (none)
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
+    if annotation is bool and text.lower() in _BOOLS:
+        return _BOOLS[text.lower()]
+    if annotation is int and (number := _int(text)) is not None:
+        return number
+    if annotation is float:
+        with contextlib.suppress(ValueError):
+            return float(text)  # 'nan' and 'inf' too: the config's checks name them
+    value = _literal(text)
+    if origin is dict and isinstance(value, dict):
+        return value
+    if origin is tuple and args:
+        if value is _NOT_A_LITERAL and args[0] is str:  # names: "a,b" or "" (none)
             value = [part.strip() for part in _top_level_parts(text) if part.strip()]
-        if isinstance(value, str):
+        if isinstance(value, args[0]):  # one name or one width
             value = (value,)
-        if isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-    elif origin is dict:  # keyword arguments: "{'map_name': '8x8'}"
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            value = None
-        if isinstance(value, dict):
-            return value
-    elif origin is tuple:
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            value = None
-        if isinstance(value, int):
-            value = (value,)
-        if isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value):
+        if isinstance(value, (tuple, list)) and all(isinstance(v, args[0]) for v in value):
             return tuple(value)
     type_name = getattr(annotation, "__name__", str(annotation))
     raise ValueError(f"{owner}: override {name}={text!r} is not a valid {type_name}")
+
+
+def _int(text: str) -> int | None:
+    """``text`` as an int (``'1e6'`` too: a float that is whole), or None."""
+    try:
+        if not any(c in text for c in ".eE"):
+            return int(text)
+        number = float(text)
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() else None
+
+
+def _literal(text: str) -> Any:
+    """``ast.literal_eval(text)``, or ``_NOT_A_LITERAL``."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOT_A_LITERAL
 
 
 def _top_level_parts(text: str) -> list[str]:

@@ -1,9 +1,11 @@
 """``dqn-cartpole``: double DQN on CartPole-v1 with rl-baselines3-zoo's hyperparameters.
 
 rl-zoo trains one env with ``train_freq=256`` and ``gradient_steps=128`` (half an update per
-frame), lr 2.3e-3, batch 64, 256x256 MLP, epsilon 1 -> 0.04 over 16% of 50k frames, target
-refreshed between training phases. Here: 32 env copies filling a 256-frame batch, then
-128 optim steps; the target network is hard-copied every 128 optim steps (once per batch);
+frame), lr 2.3e-3, batch 64, a 100k replay, learning from 1,000 frames on, gamma 0.99, 256x256
+MLP, epsilon 1 -> 0.04 over 16% of 50k frames, target refreshed between training phases. Here:
+32 env copies filling a 256-frame batch (each batch 8 steps of 32 episodes rather than 256 steps
+of one; 32 copies ended higher than 1 to 16, ``docs/benchmarks.md``), then 128 optim steps; the
+target network is hard-copied every 128 optim steps (once per batch);
 double-DQN targets; and the learning rate decays linearly to 0 (``lr_end``), which keeps the
 final policy from the late collapses DQN is known for on CartPole.
 """
@@ -31,8 +33,8 @@ from engine_rl.collectors.env_factory import callable_name
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
 from engine_rl.recipes.base import Setup, register
-from engine_rl.recipes.checks import VECTORIZATIONS, EnvNeeds, FieldChecks
-from engine_rl.recipes.env_options import EnvOptions
+from engine_rl.recipes.checks import EnvNeeds, FieldChecks
+from engine_rl.recipes.config_base import ReplayConfig
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces, recipe_vec_env
 from engine_rl.recipes.memory_checks import check_sizes
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
@@ -52,41 +54,25 @@ __all__ = ["DQNConfig", "build_dqn"]
 
 
 @dataclass(kw_only=True)
-class DQNConfig(EnvOptions):
+class DQNConfig(ReplayConfig):
     env_id: str = "CartPole-v1"
-    """Gymnasium id of an environment with a discrete action space."""
     num_envs: int = 32
-    """Environment copies stepped together by the collector (rl-zoo: 1). More copies decorrelate
-    each batch (8 steps of 32 episodes rather than 256 steps of one); 32 ended higher than 1-16
-    over seeds 0-9 (``docs/benchmarks.md``)."""
-    vectorization: str = "auto"
-    """Gymnasium vectorization: 'auto' (the env's numpy-batched vector entry point if it registers
-    one, as CartPole does, else 'sync'), 'vector_entry_point', 'sync' or 'async'."""
     total_frames: int = 50_000
-    """Frames to collect in the whole run."""
     frames_per_batch: int = 256
-    """Frames per collected batch (a multiple of num_envs)."""
     optim_steps_per_batch: int = 128
     """Gradient steps after each batch (rl-zoo: gradient_steps)."""
     learning_starts: int = 1_000
-    """Frames collected before the first gradient step."""
     buffer_size: int = 100_000
-    """Replay capacity in transitions."""
     replay_storage: str = "memory"
     """'memory' (preallocated tensors) or 'memmap' (memory-mapped files in a temporary folder, for
     replays of pixels larger than RAM; samples are read into the training device)."""
     batch_size: int = 64
-    """Transitions per gradient step."""
     lr: float = 2.3e-3
-    """Adam learning rate at the start of the run."""
     lr_end: float | None = 0.0
     """Learning rate reached linearly at the end of the run (None: constant ``lr``, as rl-zoo).
     The decay steadies the end-of-run policy against DQN's late collapses on CartPole."""
     gamma: float = 0.99
-    """Discount factor."""
     hidden: tuple[int, ...] = (256, 256)
-    """Hidden layer widths of the Q network's MLP; for image observations (uint8, kept uint8 in
-    replay) the MLP sits on the Nature CNN's 512 features (``engine_rl.algos.encoders``)."""
     double: bool = True
     """Double DQN targets (online net picks, target net values)."""
     clip_rewards: bool = False
@@ -104,12 +90,6 @@ class DQNConfig(EnvOptions):
     """Soft (Polyak) target update rate applied every optim step instead of hard copies (None: hard)."""
     max_grad_norm: float = 10.0
     """Gradient clipping by global norm (<= 0 disables)."""
-    nonfinite: str = "stop"
-    """What a NaN or Inf in a loss or a gradient does: 'stop' (the reference: raise NonFiniteError
-    naming the loss entry or parameter, the optim step and the frames, before the optimizer step,
-    so the weights and checkpoints stay finite) or 'skip' (drop that step's gradients, so no weight,
-    optimizer state or priority changes, and count it: ``nonfinite_skipped`` in metrics.jsonl). A NaN
-    or Inf in observations or rewards always stops (handlers.NaNGuard)."""
     prioritized: bool = False
     """Prioritized replay (sum tree) instead of uniform sampling."""
     alpha: float = 0.6
@@ -119,72 +99,25 @@ class DQNConfig(EnvOptions):
     eval_every: int = 4
     """Evaluate every this many batches (1,024 frames; and at the end of the run); the best
     evaluation's policy is kept as the run's best checkpoint (``RUN/best/``)."""
-    eval_episodes: int = 10
-    """Deterministic (greedy) evaluation episodes per evaluation."""
-    eval_seed: int = 10_000
-    """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
     async_collection: bool = False
     """Collect in a background process (:class:`~engine_rl.collectors.AsyncCollector`) that writes
     the replay buffer while the learner optimizes; learner weights go to it after every batch."""
-    info_keys: tuple[str, ...] = ()
-    """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
-    finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
-    (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
-    wrappers: tuple[str, ...] = ()
-    """Gymnasium wrappers applied to each env copy (training and evaluation), in order: class names
-    in ``gymnasium.wrappers``, keyword arguments as literals, e.g. ``--set wrappers=FlattenObservation``
-    (Discrete, Tuple or Dict observations to a 1-D Box) or ``--set 'wrappers=TimeLimit(max_episode_steps=200)'``.
-    None by default."""
-    compile: bool = False
-    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.algos.compile``; CUDA
-    graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
-    on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
-    device: str = "auto"
-    """Where the networks, the loss, the collected batches and the updates live: 'auto' (CUDA when
-    available, else the CPU), 'cpu', 'cuda' or 'cuda:N' (``--device``). A run may resume on another
-    device (``--resume --device cpu``), continuing from its checkpoint (not bitwise like a same-device resume)."""
-    replay_device: str = "auto"
-    """Where the replay rows live: 'auto' (the training device), 'cpu', 'cuda' or 'cuda:N'; samples
-    move to the training device."""
-    seed: int = 0
-    """Seed of torch, the collector's envs and exploration, and the replay sampler."""
 
     env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="dqn", actions="discrete")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check = FieldChecks(self)
-        check.positive_ints("num_envs", "total_frames", "frames_per_batch", "optim_steps_per_batch", "buffer_size",
-                            "batch_size", "eval_every", "eval_episodes", "target_update_every")
-        check.nonnegative_ints("learning_starts", "eps_frames", "eval_seed", "seed")
-        check.seeds("eval_seed", "seed")
-        check.choice("vectorization", VECTORIZATIONS)
-        check.choice("env_backend", ("gymnasium", "torch"))
-        if self.env_backend == "torch":
-            check.torch_env()
-        check.choice("nonfinite", ("stop", "skip"))
-        check.devices("device", "replay_device")
-        check.positive("lr")
+        check.positive_ints("optim_steps_per_batch", "eval_every", "target_update_every")
+        check.nonnegative_ints("eps_frames")
         check.nonnegative("lr_end", optional=True)
-        check.fractions("gamma", "eps_start", "eps_end", "beta")
+        check.fractions("eps_start", "eps_end", "beta")
         check.fractions("target_tau", zero=False, optional=True)
         check.finite("max_grad_norm")
         check.nonnegative("alpha")
-        check.widths("hidden")
-        check.names("info_keys", "wrappers")
-        check.kwargs("env_kwargs")
-        check.bools("double", "prioritized", "async_collection", "compile", "clip_rewards")
+        check.bools("double", "prioritized", "async_collection", "clip_rewards")
         check.choice("replay_storage", ("memory", "memmap"))
-        if self.frames_per_batch % self.num_envs:
-            raise ValueError(
-                f"DQNConfig: frames_per_batch ({self.frames_per_batch}) must be a multiple of num_envs ({self.num_envs})"
-            )
-        if self.learning_starts > self.total_frames:
-            raise ValueError(
-                f"DQNConfig: learning_starts ({self.learning_starts}) exceeds total_frames ({self.total_frames})"
-            )
         check.at_least("eps_start", "eps_end")
-        check.at_least("buffer_size", "batch_size")
-        check.env_fields()  # the env itself: check_env(), when the recipe is built
 
     @property
     def num_batches(self) -> int:

@@ -1,8 +1,8 @@
 """Where a recipe's envs come from: its ``make_env`` callable if set, else its registered ``env_id``;
 with ``env_backend='torch'``, the batched torch version of ``env_id`` (:mod:`engine_rl.envs`).
 
-Every recipe config has the fields of :class:`~engine_rl.recipes.env_options.EnvOptions` (``env_id``,
-``make_env``, ``env_kwargs``, ``env_backend``), ``vectorization`` and ``wrappers``; the builders read
+Every recipe config has the env fields of :class:`~engine_rl.recipes.config_base.RecipeConfig` (``env_id``,
+``make_env``, ``env_kwargs``, ``env_backend``, ``vectorization``, ``wrappers``); the builders read
 the spaces with :func:`recipe_spaces`, make their training and evaluation envs with
 :func:`recipe_env`, collect from them with :func:`recipe_collector` and name the env in messages
 with :func:`env_label`.

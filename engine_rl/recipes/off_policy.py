@@ -1,7 +1,9 @@
 """What the continuous-control off-policy recipes share: config fields, the env check, the build tail.
 
-``sac-pendulum`` and ``td3-pendulum`` subclass :class:`OffPolicyConfig` and redeclare the fields
-whose defaults (and rl-zoo notes) differ; :func:`box_spaces` reads the env's spaces and
+:class:`OffPolicyConfig` adds the fields of SAC and TD3 to the replay recipes' shared ones
+(:class:`~engine_rl.recipes.config_base.ReplayConfig`), with Stable-Baselines3's SAC defaults and
+rl-zoo's Pendulum budget (``sac-pendulum``'s docstring); ``sac-pendulum`` and ``td3-pendulum``
+subclass it and set the fields whose defaults differ; :func:`box_spaces` reads the env's spaces and
 refuses one without a continuous action space; :func:`build_off_policy` assembles the rest
 (replay, trainer, evaluation) around a recipe's networks, loss and optimizers.
 """
@@ -20,8 +22,8 @@ from engine_rl.algos.encoders import make_encoder
 from engine_rl.device import config_devices
 from engine_rl.engine import create_trainer
 from engine_rl.recipes.base import Setup
-from engine_rl.recipes.checks import VECTORIZATIONS, FieldChecks
-from engine_rl.recipes.env_options import EnvOptions
+from engine_rl.recipes.checks import FieldChecks
+from engine_rl.recipes.config_base import ReplayConfig
 from engine_rl.recipes.env_source import env_label, recipe_env, recipe_spaces
 from engine_rl.replay import ReplayBuffer
 from handlers import NaNGuard, ReplayExtender, ReplaySampler, ValidationRollout
@@ -30,106 +32,38 @@ __all__ = ["OffPolicyConfig", "box_spaces", "build_off_policy", "observation_enc
 
 
 @dataclass(kw_only=True)
-class OffPolicyConfig(EnvOptions):
+class OffPolicyConfig(ReplayConfig):
     env_id: str = "Pendulum-v1"
-    """Gymnasium id of an environment with a continuous (Box) action space."""
     num_envs: int = 1
-    """Environment copies stepped together by the collector (rl-zoo: 1)."""
-    vectorization: str = "auto"
-    """Gymnasium vectorization: 'auto' (the env's numpy-batched vector entry point if it registers
-    one, else 'sync'), 'vector_entry_point', 'sync' or 'async'."""
     total_frames: int = 20_000
-    """Frames to collect in the whole run (rl-zoo: n_timesteps 20000)."""
     frames_per_batch: int = 1
-    """Frames per collected batch, a multiple of num_envs (SB3: train_freq * num_envs)."""
     optim_steps_per_batch: int | None = None
     """Gradient steps after each batch; None: one per frame collected (SB3: gradient_steps=1 per train_freq=1)."""
     learning_starts: int = 100
-    """Frames of uniform random actions collected before the first gradient step (SB3: 100)."""
     buffer_size: int = 1_000_000
-    """Replay capacity in transitions (SB3: 1e6; capped at total_frames, which never fill more)."""
     batch_size: int = 256
-    """Transitions per gradient step."""
     lr: float = 1e-3
-    """Adam learning rate of every network (rl-zoo: 1e-3)."""
     gamma: float = 0.99
-    """Discount factor."""
     tau: float = 0.005
-    """Polyak rate of the target networks."""
+    """Polyak rate of the target networks: SAC's target critics, after every gradient step; TD3's target
+    actor and critics, on the actor's update steps."""
     hidden: tuple[int, ...] = (256, 256)
-    """Hidden layer widths of the actor and of each critic (on their encoders' features for image
-    and Dict observations: ``engine_rl.algos.encoders``)."""
     eval_every_frames: int = 2_000
     """Evaluate every this many frames (and at the end of the run)."""
     log_every_frames: int = 1
     """Frames between train lines of ``metrics.jsonl`` (a batch in which training episodes ended is
-    logged too, so every episode's return is kept); 1: every batch."""
-    eval_episodes: int = 10
-    """Deterministic evaluation episodes per evaluation."""
-    eval_seed: int = 10_000
-    """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
-    info_keys: tuple[str, ...] = ()
-    """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
-    finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
-    (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
-    wrappers: tuple[str, ...] = ()
-    """Gymnasium wrappers applied to each env copy (training and evaluation), in order: class names
-    in ``gymnasium.wrappers``, keyword arguments as literals, e.g. ``--set wrappers=FlattenObservation``
-    (Discrete, Tuple or Dict observations to a 1-D Box) or ``--set 'wrappers=TimeLimit(max_episode_steps=200)'``.
-    None by default."""
-    compile: bool = False
-    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.algos.compile``; CUDA
-    graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
-    on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
-    nonfinite: str = "stop"
-    """What a NaN or Inf in a loss or a gradient does: 'stop' (the reference: raise NonFiniteError
-    naming the loss entry or parameter, the optim step and the frames, before the optimizer step,
-    so the weights and checkpoints stay finite) or 'skip' (drop that step's gradients, so no weight
-    or optimizer state changes, and count it: ``nonfinite_skipped`` in metrics.jsonl). A NaN or Inf
-    in observations or rewards always stops (handlers.NaNGuard)."""
-    device: str = "auto"
-    """Where the networks, the loss, the collected batches and the updates live: 'auto' (CUDA when
-    available, else the CPU), 'cpu', 'cuda' or 'cuda:N' (``--device``). A run may resume on another
-    device (``--resume --device cpu``), continuing from its checkpoint (not bitwise like a same-device resume)."""
-    replay_device: str = "auto"
-    """Where the replay rows live: 'auto' (the training device), 'cpu', 'cuda' or 'cuda:N'; samples
-    move to the training device."""
-    seed: int = 0
-    """Seed of torch, the collector's envs, the exploration and the replay sampler."""
+    logged too, so every episode's return is kept); 1: every batch. The MuJoCo recipes log every 1,000
+    frames: a 1M-frame run of one frame per batch would otherwise write a million lines (400 MB)."""
 
     def __post_init__(self) -> None:
-        """Checks every field (subclasses check their own after); the env itself is checked when the
-        recipe is built (``check_env``, with the subclass's ``env_needs``)."""
-        owner = type(self).__name__
+        """Checks the shared fields, then these (subclasses check their own after); the env itself is
+        checked when the recipe is built (``check_env``, with the subclass's ``env_needs``)."""
+        super().__post_init__()
         check = FieldChecks(self)
-        check.positive_ints("num_envs", "total_frames", "frames_per_batch", "buffer_size", "batch_size",
-                            "eval_every_frames", "log_every_frames", "eval_episodes")
+        check.positive_ints("eval_every_frames", "log_every_frames")
         check.positive_ints("optim_steps_per_batch", optional=True)
-        check.nonnegative_ints("learning_starts", "eval_seed", "seed")
-        check.seeds("eval_seed", "seed")
-        check.choice("vectorization", VECTORIZATIONS)
-        check.choice("env_backend", ("gymnasium", "torch"))
-        if self.env_backend == "torch":
-            check.torch_env()
-        check.choice("nonfinite", ("stop", "skip"))
-        check.devices("device", "replay_device")
-        check.positive("lr")
-        check.fractions("gamma")
         check.fractions("tau", zero=False)
-        check.widths("hidden")
-        check.names("info_keys", "wrappers")
-        check.kwargs("env_kwargs")
-        check.bools("compile")
-        if self.frames_per_batch % self.num_envs:
-            raise ValueError(
-                f"{owner}: frames_per_batch ({self.frames_per_batch}) must be a multiple of num_envs ({self.num_envs})"
-            )
-        if self.learning_starts > self.total_frames:
-            raise ValueError(
-                f"{owner}: learning_starts ({self.learning_starts}) exceeds total_frames ({self.total_frames})"
-            )
-        check.at_least("buffer_size", "batch_size")
-        check.env_fields()  # the env itself: check_env(), when the recipe is built
+        check.choice("precision", PRECISIONS)
 
     @property
     def steps_per_batch(self) -> int:

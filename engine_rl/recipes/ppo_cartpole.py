@@ -30,8 +30,8 @@ from engine_rl.device import resolve_device
 from engine_rl.engine import create_trainer
 from engine_rl.envs import TorchEnv
 from engine_rl.recipes.base import Setup, register
-from engine_rl.recipes.checks import VECTORIZATIONS, EnvNeeds, FieldChecks
-from engine_rl.recipes.env_options import EnvOptions
+from engine_rl.recipes.checks import EnvNeeds, FieldChecks
+from engine_rl.recipes.config_base import RecipeConfig
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces
 from engine_rl.recipes.memory_checks import check_sizes
 from handlers.advantage import GAEAdvantage
@@ -49,24 +49,16 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
 @dataclass(kw_only=True)
-class PPOConfig(EnvOptions):
+class PPOConfig(RecipeConfig):
     env_id: str = "CartPole-v1"
-    """Gymnasium id; Discrete (and MultiDiscrete) actions get a categorical policy, 1-D Box actions a Gaussian one."""
     num_envs: int = 8
-    """Environment copies stepped together by the collector (rl-zoo: n_envs)."""
-    vectorization: str = "auto"
-    """Gymnasium vectorization: 'auto' (the env's numpy-batched vector entry point if it registers
-    one, else 'sync'), 'vector_entry_point', 'sync' or 'async'."""
     total_frames: int = 100_000
-    """Frames to collect in the whole run."""
     steps_per_env: int = 32
     """Steps per env copy in each batch (rl-zoo: n_steps); a batch is num_envs * steps_per_env frames."""
     batch_size: int = 256
-    """Frames per minibatch (a divisor of the batch is best: the remainder waits for the next epoch)."""
     num_epochs: int = 20
     """Optim epochs (passes over the batch) per batch (rl-zoo: n_epochs)."""
     lr: float = 1e-3
-    """Adam learning rate at the start (decays linearly to lr_end over total_frames)."""
     lr_end: float = 0.0
     """Learning rate at the end of the run (set it to lr for a constant rate)."""
     adam_eps: float = 1e-5
@@ -78,7 +70,6 @@ class PPOConfig(EnvOptions):
     value_clip: float | None = None
     """Clip range of the value prediction around the batch's old values (None: no clipping)."""
     gamma: float = 0.98
-    """Discount factor."""
     gae_lambda: float = 0.8
     """GAE lambda."""
     value_coef: float = 0.5
@@ -92,8 +83,6 @@ class PPOConfig(EnvOptions):
     target_kl: float | None = None
     """Stop a batch's epochs once approx_kl exceeds 1.5 * target_kl (None: never)."""
     hidden: tuple[int, ...] = (64, 64)
-    """Hidden widths of the actor and of the critic (separate networks; for image observations
-    both sit on a shared Nature CNN trunk of 512 features, ``engine_rl.algos.encoders``)."""
     activation: str = "tanh"
     """Activation of the hidden layers: 'tanh' or 'relu'."""
     ortho_init: bool = True
@@ -107,69 +96,27 @@ class PPOConfig(EnvOptions):
     clip_rewards: bool = False
     """Give the loss the sign of each reward (-1, 0, +1; Mnih et al. 2015, for Atari scores);
     reported returns stay the env's own."""
-    nonfinite: str = "stop"
-    """What a NaN or Inf in a loss or a gradient does: 'stop' (the reference: raise NonFiniteError
-    naming the loss entry or parameter, the optim step and the frames, before the optimizer step,
-    so the weights and checkpoints stay finite) or 'skip' (drop that step's gradients, so no weight
-    or optimizer state changes, and count it: ``nonfinite_skipped`` in metrics.jsonl). A NaN or Inf
-    in observations or rewards always stops (handlers.NaNGuard)."""
     eval_every: int = 40
     """Evaluate every this many batches (and at the end of the run)."""
-    eval_episodes: int = 10
-    """Deterministic evaluation episodes per evaluation."""
-    eval_seed: int = 10_000
-    """Seed of the evaluation env (the same at every evaluation, so scores compare)."""
-    info_keys: tuple[str, ...] = ()
-    """Scalar entries of the env's ``info`` to record per frame and average over the episodes that
-    finish in each batch (``train_info_<key>`` in metrics.jsonl) and over the evaluation episodes
-    (``eval_info_<key>``), e.g. ``--set info_keys=is_success``."""
-    wrappers: tuple[str, ...] = ()
-    """Gymnasium wrappers applied to each env copy (training and evaluation), in order: class names
-    in ``gymnasium.wrappers``, keyword arguments as literals, e.g. ``--set wrappers=FlattenObservation``
-    (Discrete, Tuple or Dict observations to a 1-D Box) or ``--set 'wrappers=TimeLimit(max_episode_steps=200)'``.
-    None by default."""
-    compile: bool = False
-    """Run the loss (forward and backward) under ``torch.compile`` (``engine_rl.algos.compile``; CUDA
-    graphs on a GPU); falls back to eager with one warning if compiling fails. Off by default:
-    on CPU it has not been faster than eager (``docs/benchmarks.md``)."""
-    device: str = "auto"
-    """Where the networks, the loss, the collected batches and the updates live: 'auto' (CUDA when
-    available, else the CPU), 'cpu', 'cuda' or 'cuda:N' (``--device``). A run may resume on another
-    device (``--resume --device cpu``), continuing from its checkpoint (not bitwise like a same-device resume)."""
-    seed: int = 0
-    """Seed of torch, the envs, the policy's sampling and the minibatch shuffling."""
 
     env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="ppo", actions="discrete, multidiscrete or box")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check = FieldChecks(self)
-        check.positive_ints("num_envs", "total_frames", "steps_per_env", "batch_size", "num_epochs", "eval_every",
-                            "eval_episodes")
-        check.nonnegative_ints("eval_seed", "seed")
-        check.seeds("eval_seed", "seed")
-        check.choice("vectorization", VECTORIZATIONS)
-        check.choice("env_backend", ("gymnasium", "torch"))
-        check.devices("device")
-        check.choice("nonfinite", ("stop", "skip"))
+        check.positive_ints("steps_per_env", "num_epochs", "eval_every")
         check.choice("activation", tuple(sorted(_ACTIVATIONS)))
-        check.positive("lr", "adam_eps", "clip_epsilon")
+        check.positive("adam_eps", "clip_epsilon")
         check.nonnegative("lr_end", "clip_epsilon_end", "value_coef", "entropy_coef")
         check.positive("value_clip", "target_kl", optional=True)
-        check.fractions("gamma", "gae_lambda")
+        check.fractions("gae_lambda")
         check.finite("max_grad_norm", "log_std_init")
-        check.widths("hidden")
-        check.names("info_keys", "wrappers")
-        check.kwargs("env_kwargs")
-        check.bools("normalize_advantage", "ortho_init", "normalize_observations", "normalize_rewards", "clip_rewards",
-                    "compile")
+        check.bools("normalize_advantage", "ortho_init", "normalize_observations", "normalize_rewards", "clip_rewards")
         if self.batch_size > self.frames_per_batch:
             raise ValueError(
                 f"PPOConfig: batch_size ({self.batch_size}) exceeds the frames per batch "
                 f"(num_envs * steps_per_env = {self.frames_per_batch})"
             )
-        check.env_fields()  # the env itself: check_env(), when the recipe is built
-        if self.env_backend == "torch":
-            check.torch_env()
 
     @property
     def frames_per_batch(self) -> int:

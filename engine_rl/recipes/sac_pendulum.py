@@ -36,20 +36,12 @@ __all__ = ["SACConfig", "build_sac"]
 
 @dataclass(kw_only=True)
 class SACConfig(OffPolicyConfig):
-    lr: float = 1e-3
-    """Adam learning rate of the actor, the critics and the temperature (rl-zoo: 1e-3)."""
-    tau: float = 0.005
-    """Polyak rate of the target critics, updated after every gradient step."""
     alpha_init: float = 1.0
     """Initial entropy temperature."""
     learn_alpha: bool = True
     """Tune the temperature towards target_entropy (SB3: ent_coef='auto')."""
     target_entropy: float | None = None
     """Entropy target of the temperature; None: -action_dim."""
-    eval_episodes: int = 10
-    """Deterministic (mean action) evaluation episodes per evaluation."""
-    seed: int = 0
-    """Seed of torch, the collector's envs, the warm-up actions and the replay sampler."""
 
     env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="sac", actions="box")
 

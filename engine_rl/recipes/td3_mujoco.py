@@ -25,22 +25,12 @@ __all__ = ["TD3MujocoConfig"]
 @dataclass(kw_only=True)
 class TD3MujocoConfig(TD3Config):
     env_id: str = "HalfCheetah-v5"
-    """Gymnasium id of a 1-D Box-action env (rl-zoo's MuJoCo set: HalfCheetah, Hopper, Walker2d, Ant)."""
     total_frames: int = 1_000_000
-    """Frames to collect in the whole run (rl-zoo: n_timesteps 1e6)."""
     frames_per_batch: int = 1
-    """Frames per collected batch (SB3: train_freq=1)."""
-    learning_starts: int = 10_000
-    """Frames of uniform random actions collected before the first gradient step (rl-zoo: 10000)."""
     buffer_size: int = 1_000_000
-    """Replay capacity in transitions (SB3: 1e6)."""
     gamma: float = 0.99
-    """Discount factor (SB3: 0.99)."""
     eval_every_frames: int = 25_000
-    """Evaluate every this many frames (and at the end of the run)."""
     log_every_frames: int = 1_000
-    """Frames between train lines of ``metrics.jsonl`` (and at every episode's end): a 1M-frame run
-    of one frame per batch would otherwise write a million lines (400 MB)."""
 
 
 @register("td3-mujoco", TD3MujocoConfig, "TD3 on MuJoCo HalfCheetah-v5 (rl-zoo hyperparameters); any Box-action env")

@@ -8,6 +8,7 @@ import pytest
 
 from engine_rl.recipes import RECIPES
 from engine_rl.recipes.checks import FieldChecks
+from engine_rl.recipes.dqn_atari import DQNAtariConfig
 from engine_rl.recipes.dqn_cartpole import DQNConfig
 from engine_rl.recipes.off_policy import OffPolicyConfig
 from engine_rl.recipes.ppo_cartpole import PPOConfig
@@ -42,6 +43,9 @@ BAD = [
     (DQNConfig, {"info_keys": ("a", "a")},
      r"DQNConfig: info_keys must be a tuple of distinct non-empty strings, got \('a', 'a'\)"),
     (DQNConfig, {"buffer_size": 100, "batch_size": 256}, r"DQNConfig: buffer_size \(100\) must be >= batch_size \(256\)"),
+    # the replay recipes' shared checks name the config that failed them
+    (DQNAtariConfig, {"frames_per_batch": 250}, r"^DQNAtariConfig: frames_per_batch \(250\) must be a multiple of num_envs \(8\)$"),
+    (TD3Config, {"learning_starts": 30_000}, r"^TD3Config: learning_starts \(30000\) exceeds total_frames \(20000\)$"),
     (PPOConfig, {"gae_lambda": 1.5}, r"PPOConfig: gae_lambda must be a number in \[0, 1\], got 1.5"),
     (PPOConfig, {"adam_eps": 0.0}, "PPOConfig: adam_eps must be a positive finite number, got 0.0"),
     (PPOConfig, {"entropy_coef": -0.01}, "PPOConfig: entropy_coef must be a finite number >= 0, got -0.01"),

@@ -1,3 +1,6 @@
+import dataclasses
+import re
+
 import pytest
 
 from engine_rl.recipes import DQNConfig, get_recipe
@@ -26,10 +29,8 @@ def test_config_validation_names_the_field():
 
 def test_every_field_is_documented():
     docs = field_docs(DQNConfig)
-    import dataclasses
-
     assert {f.name for f in dataclasses.fields(DQNConfig)} == set(docs)
-    assert "lr = 0.0023  # Adam learning rate at the start of the run." in describe_config(DQNConfig())
+    assert "lr = 0.0023  # Adam learning rate at the start of the run (" in describe_config(DQNConfig())
     from engine_rl.recipes import RECIPES
 
     for name, recipe in RECIPES.items():
@@ -37,13 +38,72 @@ def test_every_field_is_documented():
 
 
 def test_subclassed_configs_inherit_field_docs_and_redeclared_fields_document_anew():
+    from engine_rl.recipes.config_base import RecipeConfig
     from engine_rl.recipes.off_policy import OffPolicyConfig
     from engine_rl.recipes.td3_pendulum import TD3Config
 
-    base, td3 = field_docs(OffPolicyConfig), field_docs(TD3Config)
+    base, td3 = field_docs(RecipeConfig), field_docs(TD3Config)
     assert td3["env_id"] == base["env_id"]  # inherited
-    assert td3["gamma"] == "Discount factor (rl-zoo: 0.98)." != base["gamma"]  # redeclared
-    assert "gamma = 0.98  # Discount factor (rl-zoo: 0.98)." in describe_config(TD3Config())
+    assert td3["gamma"] == base["gamma"] == "Discount factor."  # a new default keeps the base's docstring
+    assert "gamma = 0.98  # Discount factor." in describe_config(TD3Config())
+
+    @dataclasses.dataclass(kw_only=True)
+    class Mine(TD3Config):
+        gamma: float = 0.9
+        """Discount factor of my task."""
+
+    assert field_docs(Mine)["gamma"] == "Discount factor of my task."  # a docstring of its own documents it anew
+    assert field_docs(Mine)["tau"] == field_docs(OffPolicyConfig)["tau"]
+
+
+def test_shared_fields_are_declared_and_documented_once():
+    """A field of the config base is declared and documented there: a recipe config redeclares one
+    only to change its default (a bare ``name: type = value``, keeping the base's docstring)."""
+    from engine_rl.recipes import RECIPES
+    from engine_rl.recipes.config import _own_field_docs
+    from engine_rl.recipes.config_base import RecipeConfig, ReplayConfig
+
+    shared = {f.name for f in dataclasses.fields(ReplayConfig)}
+    assert {f.name for f in dataclasses.fields(RecipeConfig)} < shared
+    for recipe in RECIPES.values():
+        classes = [k for k in recipe.config_cls.__mro__ if dataclasses.is_dataclass(k)]
+        assert classes[-1] is RecipeConfig, recipe.name
+        for klass, parent in zip(classes, classes[1:]):
+            if klass in (RecipeConfig, ReplayConfig):
+                continue
+            redeclared = shared & set(vars(klass).get("__annotations__", {}))
+            assert not redeclared & set(_own_field_docs(klass)), klass.__name__
+            for name in redeclared:
+                before = parent.__dataclass_fields__.get(name)
+                if before is not None and before.default is not dataclasses.MISSING:
+                    assert klass.__dataclass_fields__[name].default != before.default, (klass.__name__, name)
+
+
+def test_override_values_parse_as_the_field_type():
+    from engine_rl.recipes.ppo_cartpole import PPOConfig
+    from engine_rl.recipes.sac_pendulum import SACConfig
+
+    cfg = apply_overrides(DQNConfig(), ["total_frames=1e5", "lr_end=None", "info_keys=is_success,x",
+                                        "wrappers=TimeLimit(max_episode_steps=200),FlattenObservation",
+                                        "hidden=32", "double=no", "seed=0012", "target_tau=none"])
+    assert (cfg.total_frames, cfg.lr_end, cfg.info_keys, cfg.hidden, cfg.double, cfg.seed, cfg.target_tau) == (
+        100_000, None, ("is_success", "x"), (32,), False, 12, None)
+    assert cfg.wrappers == ("TimeLimit(max_episode_steps=200)", "FlattenObservation")
+    assert apply_overrides(DQNConfig(), ["info_keys=", "hidden=()"]).info_keys == ()
+    assert apply_overrides(SACConfig(), ["optim_steps_per_batch=None"]).optim_steps_per_batch is None
+    ppo = apply_overrides(PPOConfig(), ["env_kwargs={'map_name': '8x8'}", "make_env=mymodule:make", "lr=2.5e-4"])
+    assert (ppo.env_kwargs, ppo.make_env, ppo.lr) == ({"map_name": "8x8"}, "mymodule:make", 2.5e-4)
+    bad = [("total_frames=1.5", "int"), ("lr_end=x", "float"), ("hidden=(32, 'a')", "tuple"), ("info_keys=3", "tuple"),
+           ("double=maybe", "bool"), ("env_kwargs={[1]: 2}", "dict"), ("seed=1e400", "int")]
+    for item, kind in bad:
+        key, text = item.split("=", 1)
+        message = f"DQNConfig: override {key}={text!r} is not a valid {kind}"  # one line: the field, the text, the type
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            apply_overrides(DQNConfig(), [item])
+    with pytest.raises(ValueError, match="^PPOConfig: override lr_end='None' is not a valid float$"):
+        apply_overrides(PPOConfig(), ["lr_end=None"])  # PPO's lr_end takes no None
+    with pytest.raises(ValueError, match=r"^DQNConfig: seed must be an int in \[0, 2\*\*63\)"):
+        apply_overrides(DQNConfig(), ["seed=" + "9" * 400])  # parsed, then refused by the check
 
 
 def test_unknown_recipe():
