@@ -63,7 +63,6 @@ class OffPolicyConfig(ReplayConfig):
         check.positive_ints("eval_every_frames", "log_every_frames")
         check.positive_ints("optim_steps_per_batch", optional=True)
         check.fractions("tau", zero=False)
-        check.choice("precision", PRECISIONS)
 
     @property
     def steps_per_batch(self) -> int:
