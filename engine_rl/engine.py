@@ -137,10 +137,13 @@ class RecordingEngine(Engine):
         for attached in before:  # Ignite removes all the registrations of a handler at once
             if self.has_event_handler(attached.handler, event_name):
                 self.remove_event_handler(attached.handler, event_name)
-        handle = self.add_event_handler(event_name, handler, *args, **kwargs)
-        for attached in before:
-            super().add_event_handler(attached.event, attached.handler, *attached.args, **attached.kwargs)
-        self._record[event_name].extend(before)
+        try:
+            handle = self.add_event_handler(event_name, handler, *args, **kwargs)
+        finally:  # (a handler Ignite refuses leaves the others as they were)
+            for attached in before:
+                super().add_event_handler(attached.event, attached.handler, *attached.args, **attached.kwargs)
+            if before:
+                self._record[event_name].extend(before)
         return handle
 
 
@@ -155,7 +158,6 @@ def attached_objects(engine: Engine) -> list[Any]:
     attached to it.
 
     Examples:
-        >>> from ignite.engine import Events
         >>> from ignite.handlers import Timer
         >>> engine = RecordingEngine(lambda e, batch: None)
         >>> timer = Timer().attach(engine)

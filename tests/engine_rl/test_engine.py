@@ -333,5 +333,12 @@ def test_prepend_event_handler_runs_first_keeps_filters_arguments_and_handles():
                      ("first", 3), ("arg", 3), ("first", 4), ("every2", 4), ("arg", 4)]
     every2.remove()  # the handle of a handler attached again still removes it
     assert len(trainer.attached_handlers(RLEvents.OPTIM_STEP_DONE)) == 2
+    handlers = trainer.attached_handlers(RLEvents.OPTIM_STEP_DONE)
+    with pytest.raises(ValueError, match="Error adding"):  # Ignite refuses it: the others stay as they were
+        trainer.prepend_event_handler(RLEvents.OPTIM_STEP_DONE, lambda a, b, c: None)
+    assert trainer.attached_handlers(RLEvents.OPTIM_STEP_DONE) == handlers
+    order.clear()
+    trainer.run(max_epochs=2)
+    assert order[:2] == [("first", 5), ("arg", 5)]
     with pytest.raises(TypeError, match="prepend_event_handler: argument event_name must be one event"):
         trainer.prepend_event_handler(RLEvents.OPTIM_STEP_DONE | RLEvents.EPOCH_DONE, lambda e: None)
