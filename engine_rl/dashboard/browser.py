@@ -98,6 +98,39 @@ def _wait_devtools_port(profile: Path, proc: subprocess.Popen[bytes], timeout: f
     raise RuntimeError(f"render_dashboard: Chromium did not open its DevTools port within {timeout:.0f} s")
 
 
+def _wait_for_plots(
+    tools: _DevTools, url: str, min_plots: int, min_points: dict[str, int], *, deadline: float, timeout: float
+) -> PagePlots:
+    """The page's plots once ``min_plots`` exist and each ``min_points`` title's first trace holds
+    that many points; a ``TimeoutError`` showing what the page had at ``deadline``."""
+    while True:
+        plots = PagePlots(tools.evaluate(_PLOTS_JS) or [])
+        titles = plots.by_title()
+        ready = len(plots) >= min_plots and all(
+            t in titles and titles[t]["traces"] and titles[t]["traces"][0][1] >= n
+            for t, n in min_points.items()
+        )
+        if ready:
+            return plots
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"render_dashboard: {url} did not render {min_plots} plots with {min_points} "
+                f"within {timeout:.0f} s; it had {list(plots)}"
+            )
+        time.sleep(0.25)
+
+
+def _save_screenshot(tools: _DevTools, screenshot: str | os.PathLike, window_size: tuple[int, int]) -> None:
+    """A PNG of the whole page, not just the window: the viewport grown to the content first."""
+    height = tools.evaluate("document.documentElement.scrollHeight") or window_size[1]
+    tools.call("Emulation.setDeviceMetricsOverride", width=window_size[0],
+               height=max(int(height), window_size[1]), deviceScaleFactor=1, mobile=False)
+    time.sleep(1.0)  # let plotly redraw after the resize
+    shot = tools.call("Page.captureScreenshot", format="png")
+    Path(screenshot).parent.mkdir(parents=True, exist_ok=True)
+    Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+
+
 def render_dashboard(
     url: str,
     *,
@@ -146,31 +179,9 @@ def render_dashboard(
             try:
                 tools.call("Page.enable")
                 tools.call("Page.navigate", url=url)
-                plots = PagePlots()
-                while True:
-                    plots = PagePlots(tools.evaluate(_PLOTS_JS) or [])
-                    titles = plots.by_title()
-                    ready = len(plots) >= min_plots and all(
-                        t in titles and titles[t]["traces"] and titles[t]["traces"][0][1] >= n
-                        for t, n in min_points.items()
-                    )
-                    if ready:
-                        break
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(
-                            f"render_dashboard: {url} did not render {min_plots} plots with {min_points} "
-                            f"within {timeout:.0f} s; it had {list(plots)}"
-                        )
-                    time.sleep(0.25)
+                plots = _wait_for_plots(tools, url, min_plots, min_points, deadline=deadline, timeout=timeout)
                 if screenshot is not None:
-                    # the whole page, not just the window: grow the viewport to the content
-                    height = tools.evaluate("document.documentElement.scrollHeight") or window_size[1]
-                    tools.call("Emulation.setDeviceMetricsOverride", width=window_size[0],
-                               height=max(int(height), window_size[1]), deviceScaleFactor=1, mobile=False)
-                    time.sleep(1.0)  # let plotly redraw after the resize
-                    shot = tools.call("Page.captureScreenshot", format="png")
-                    Path(screenshot).parent.mkdir(parents=True, exist_ok=True)
-                    Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+                    _save_screenshot(tools, screenshot, window_size)
                 return plots
             finally:
                 tools.close()

@@ -46,6 +46,37 @@ def split_url(url: str) -> tuple[str, int, str]:
     return f"{parsed.scheme}://{host}", port, base
 
 
+def _post_kept_alive(client: Any, url: str, data: Any) -> str:
+    """POST ``data`` to ``url`` on ``client``'s kept-alive connection (``client._conn``, made on
+    first use, made again once if the server closed it); failures raise ``requests``' errors, as
+    visdom's own requests session does."""
+    import requests  # visdom's dependency: make_client has imported it
+
+    parts = urlsplit(url)
+    body = (data if data is not None else "{}").encode() if not isinstance(data, bytes) else data
+    for attempt in (0, 1):  # a kept-alive connection the server closed: reconnect once
+        if client._conn is None:
+            cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+            client._conn = cls(parts.hostname, parts.port, timeout=client.request_timeout)
+        try:
+            client._conn.request("POST", parts.path or "/", body=body, headers={"Content-Type": "application/json"})
+            response = client._conn.getresponse()
+            text = response.read().decode("utf-8", "replace")
+            break
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as err:
+            client._conn.close()
+            client._conn = None
+            if attempt:
+                raise requests.ConnectionError(f"{url}: {err}") from err
+        except (OSError, http.client.HTTPException) as err:  # refused, timed out, ...
+            client._conn.close()
+            client._conn = None
+            raise requests.ConnectionError(f"{url}: {err}") from err
+    if response.status >= 400:
+        raise requests.HTTPError(f"{url}: HTTP {response.status}")
+    return text
+
+
 def make_client(url: str = DEFAULT_URL, *, env: str = "main", timeout: float = 5.0) -> Any:
     """A ``visdom.Visdom`` client for ``url`` that makes no request until it is used.
 
@@ -88,30 +119,7 @@ def make_client(url: str = DEFAULT_URL, *, env: str = "main", timeout: float = 5
                 response = self.session.post(url, data=data if data is not None else {}, timeout=self.request_timeout)
                 response.raise_for_status()
                 return response.text
-            parts = urlsplit(url)
-            body = (data if data is not None else "{}").encode() if not isinstance(data, bytes) else data
-            for attempt in (0, 1):  # a kept-alive connection the server closed: reconnect once
-                if self._conn is None:
-                    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-                    self._conn = cls(parts.hostname, parts.port, timeout=self.request_timeout)
-                try:
-                    self._conn.request("POST", parts.path or "/", body=body,
-                                       headers={"Content-Type": "application/json"})
-                    response = self._conn.getresponse()
-                    text = response.read().decode("utf-8", "replace")
-                    break
-                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as err:
-                    self._conn.close()
-                    self._conn = None
-                    if attempt:
-                        raise requests.ConnectionError(f"{url}: {err}") from err
-                except (OSError, http.client.HTTPException) as err:  # refused, timed out, ...
-                    self._conn.close()
-                    self._conn = None
-                    raise requests.ConnectionError(f"{url}: {err}") from err
-            if response.status >= 400:
-                raise requests.HTTPError(f"{url}: HTTP {response.status}")
-            return text
+            return _post_kept_alive(self, url, data)
 
         def _send(self, msg: dict[str, Any], endpoint: str = "events", quiet: bool = False,
                   from_log: bool = False, create: bool = True) -> Any:
