@@ -15,11 +15,11 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
-from ignite.engine import Events
+from ignite.engine import Engine, Events
 from ignite.handlers import PiecewiseLinear
 from torch import nn
 
@@ -163,6 +163,44 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     device, replay_device = config_devices(cfg)
     if cfg.async_collection:
         _check_async(cfg, device, replay_device)
+    qnet, num_actions = _make_qnet(cfg, device)
+    greedy = QValuePolicy(qnet)
+    explore = EpsilonGreedy(
+        greedy, num_actions=num_actions, eps_start=cfg.eps_start, eps_end=cfg.eps_end,
+        annealing_frames=cfg.eps_frames, seed=cfg.seed,
+    )
+    loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
+    optimizer = adam(qnet.parameters(), lr=cfg.lr)
+    buffer, collector = _make_replay_and_collector(cfg, explore, device, replay_device)
+
+    trainer = create_trainer(
+        collector, compile_loss(loss, enabled=cfg.compile), optimizer,
+        total_frames=cfg.total_frames,
+        learning_starts=cfg.learning_starts,
+        optim_steps_per_batch=cfg.optim_steps_per_batch,
+    )
+    _attach_learning(cfg, trainer, qnet=qnet, loss=loss, optimizer=optimizer, buffer=buffer, collector=collector,
+                     explore=explore, device=device)
+
+    eval_env = recipe_env(cfg, min(cfg.eval_episodes, 16), device, evaluation=True)
+    validation = ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
+                                   seed=cfg.eval_seed, info_keys=cfg.info_keys)
+    validation.attach(trainer)
+
+    return Setup(
+        trainer=trainer,
+        to_save={
+            "trainer": trainer, "qnet": qnet, "target_qnet": loss.target_qnet, "optimizer": optimizer,
+            "replay": buffer, "collector": collector, "exploration": explore,
+        },
+        eval_policy=greedy,
+        total_frames=cfg.total_frames,
+        closers=[collector.shutdown, eval_env.close],
+    )
+
+
+def _make_qnet(cfg: DQNConfig, device: torch.device) -> tuple[nn.Module, int]:
+    """The Q-network for one env copy's spaces, on ``device``, and the number of actions."""
     observation_space, action_space = recipe_spaces(cfg)  # one copy's
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError(
@@ -178,14 +216,14 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     else:
         qnet = mlp(int(observation_space.shape[0]), num_actions, cfg.hidden)
     qnet.to(device)
-    greedy = QValuePolicy(qnet)
-    explore = EpsilonGreedy(
-        greedy, num_actions=num_actions, eps_start=cfg.eps_start, eps_end=cfg.eps_end,
-        annealing_frames=cfg.eps_frames, seed=cfg.seed,
-    )
-    loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
-    optimizer = adam(qnet.parameters(), lr=cfg.lr)
+    return qnet, num_actions
 
+
+def _make_replay_and_collector(
+    cfg: DQNConfig, explore: EpsilonGreedy, device: torch.device, replay_device: torch.device
+) -> tuple[ReplayBuffer | SharedReplayBuffer, Any]:
+    """The replay buffer (uniform or prioritized) and the collector exploring with ``explore``: in
+    the trainer's process, or with ``async_collection`` in a worker writing a shared-memory buffer."""
     total_steps = cfg.num_batches * cfg.optim_steps_per_batch
     sampler = (
         PrioritizedSampler(alpha=cfg.alpha, beta=cfg.beta, beta_end=1.0, beta_annealing_steps=total_steps)
@@ -203,13 +241,16 @@ def build_dqn(cfg: DQNConfig) -> Setup:
                               storage=cfg.replay_storage, capacity_label=replay_label)
         env = recipe_env(cfg, cfg.num_envs, device)
         collector = recipe_collector(cfg, env, explore, device=device, storing_device=replay_device)
+    return buffer, collector
 
-    trainer = create_trainer(
-        collector, compile_loss(loss, enabled=cfg.compile), optimizer,
-        total_frames=cfg.total_frames,
-        learning_starts=cfg.learning_starts,
-        optim_steps_per_batch=cfg.optim_steps_per_batch,
-    )
+
+def _attach_learning(
+    cfg: DQNConfig, trainer: Engine, *, qnet: nn.Module, loss: DQNLoss, optimizer: torch.optim.Optimizer,
+    buffer: ReplayBuffer | SharedReplayBuffer, collector: Any, explore: EpsilonGreedy, device: torch.device,
+) -> None:
+    """The handlers of a DQN update, in the order they must run: the NaN guard, the learning-rate
+    schedule, weight sync or reward clipping and replay storage, sampling, priorities, gradient
+    clipping, the target network."""
     # first: it checks the batch before replay stores it, and the loss (and gradients) before the
     # clipper; with "stop" the clipper checks the gradients, from the norm it computes anyway
     clipper_checks = cfg.max_grad_norm > 0 and cfg.nonfinite == "stop"
@@ -234,19 +275,3 @@ def build_dqn(cfg: DQNConfig) -> Setup:
         TargetNetUpdater(qnet, loss.target_qnet, every=cfg.target_update_every).attach(trainer)
     else:
         TargetNetUpdater(qnet, loss.target_qnet, tau=cfg.target_tau).attach(trainer)
-
-    eval_env = recipe_env(cfg, min(cfg.eval_episodes, 16), device, evaluation=True)
-    validation = ValidationRollout(eval_env, greedy, num_episodes=cfg.eval_episodes, every=cfg.eval_every,
-                                   seed=cfg.eval_seed, info_keys=cfg.info_keys)
-    validation.attach(trainer)
-
-    return Setup(
-        trainer=trainer,
-        to_save={
-            "trainer": trainer, "qnet": qnet, "target_qnet": loss.target_qnet, "optimizer": optimizer,
-            "replay": buffer, "collector": collector, "exploration": explore,
-        },
-        eval_policy=greedy,
-        total_frames=cfg.total_frames,
-        closers=[collector.shutdown, eval_env.close],
-    )
