@@ -21,11 +21,12 @@ import json
 from pathlib import Path
 
 from engine_rl.commands import fail
+from engine_rl.engine import attached_objects
 from engine_rl.evaluation import Evaluator, create_evaluator
 from engine_rl.recipes import get_recipe
 from engine_rl.recipes.checks import SEED_LIMIT
 from engine_rl.recipes.env_source import recipe_vec_env
-from engine_rl.run.checkpoint import CheckpointError, InferenceState, attached_objects, load_inference
+from engine_rl.run.checkpoint import CheckpointError, InferenceState, load_inference
 from engine_rl.run.driver import make_config
 from engine_rl.run.folder import REMOVED_FIELDS
 from engine_rl.run.stored_config import check_stored_code

@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 from ignite.engine import Events
 
+from engine_rl.engine import attached_objects
 from engine_rl.recipes import RECIPES, Recipe
-from engine_rl.run.state import attached_objects
 from handlers import ValidationRollout
 
 __all__ = ["peaking_at", "scored_by_frames"]
