@@ -114,13 +114,13 @@ def test_python_dash_m_and_recipes_listing():
 @pytest.mark.ci
 def test_dqn_cartpole_learns_within_50k_frames(tmp_path):
     """CI bar: seed 0, 50k frames, default config: mean greedy return over 10 episodes >= 150
-    (random play: ~22; ~1 min here).
+    (random play: ~22; ~1 min here). The run's best checkpoint must clear the same bar on
+    episodes the run never evaluated (eval seed 20000).
 
     Not 475: DQN's end-of-run return on CartPole swings between seeds (3 of 20 end below 475
-    here), and a seed's run differs between CPUs (matmul kernels round differently). Seed 0 ends
-    at 500 here; the README's table (learning_results.py) gives every seed measured. The run's best
-    checkpoint must clear the same bar on episodes the run never evaluated (eval seed 20000: 500
-    here, as the final policy).
+    here), and a seed's run differs between CPUs (matmul kernels round differently); the README's
+    table (learning_results.py) gives every seed measured. Margin checked over seeds 0-4
+    (--seed-offset 0-4): lowest 484 (final) and 483 (best).
     """
     summary = train("dqn-cartpole", make_config("dqn-cartpole", {"seed": seed(0)}), tmp_path, progress=False)
     assert summary["frames"] == 50_176  # 196 batches of 256

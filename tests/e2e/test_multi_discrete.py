@@ -2,7 +2,8 @@
 
 The env: the observation one-hot encodes two targets, one of 3 options and one of 2; the action
 picks one option of each (``MultiDiscrete([3, 2])``); each right pick pays 1; 10 steps per
-episode. Random play earns 10 * (1/3 + 1/2) = 8.3 per episode, reading the observation 20.
+episode. Random play earns 10 * (1/3 + 1/2) = 8.3 per episode, reading the observation 20 (PPO
+earned 20 on seeds 0-4: --seed-offset 0-4).
 Seed 0, the suite's seed offset added (support.seeds).
 """
 

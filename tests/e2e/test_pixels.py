@@ -4,7 +4,7 @@
 The env: a 36x36 grey frame with a white bar on its left or right half (a coin flip per step);
 acting on the bar's side pays 1, the other side 0; 10 steps per episode. A policy that ignores
 the pixels earns 5 on average; one that reads them earns 10. Seed 0, the suite's seed offset added
-(support.seeds).
+(support.seeds); DQN and PPO earned 10 on seeds 0-4 (--seed-offset 0-4).
 """
 
 import json

@@ -120,7 +120,7 @@ def test_discrete_space_gets_a_categorical_policy_and_bad_spaces_are_refused():
 def test_ppo_cartpole_learns_quickly(tmp_path):
     """CI bar: seed 0, 20k frames (lr and clip decay over those), greedy return >= 150 (random play: ~22).
 
-    Measured: 500 in 3.5-9 s on the shared 2-core box (seeds 1-3: 394, 266, 440).
+    3.5-9 s on the shared 2-core box. Margin checked over seeds 0-4 (--seed-offset 0-4): lowest 317.
     """
     summary = train("ppo-cartpole", make_config("ppo-cartpole", {"seed": seed(0), "total_frames": 20_480}), tmp_path,
                     progress=False)

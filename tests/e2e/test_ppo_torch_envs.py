@@ -20,7 +20,7 @@ def summary_of(capsys):
 
 
 def test_ppo_solves_torch_cartpole_in_100k_frames(tmp_path, capsys):
-    # seed 0: 500 at 100,352 frames (1,024 per batch from 64 copies), about 15 s here
+    # 500 at 100,352 frames (1,024 per batch from 64 copies) on seeds 0-4 (--seed-offset 0-4), about 15 s here
     assert main(["train", "ppo-cartpole", *TORCH, "--frames", "100000", "--seed", seed_arg(0), "--out", str(tmp_path)]) == 0
     summary = summary_of(capsys)
     assert summary["frames"] == 100352 and summary["eval_return_mean"] == 500.0

@@ -117,7 +117,7 @@ def test_recipes_listing_shows_sac_pendulum(capsys):
 @pytest.mark.ci
 def test_sac_pendulum_learns_quickly(tmp_path):
     """Seed 0, 4k frames of the default recipe: mean deterministic return over 10 episodes >= -600
-    (random play: about -1200; ~60 s here)."""
+    (random play: about -1200; ~60 s here). Margin checked over seeds 0-4 (--seed-offset 0-4): lowest -359."""
     cfg = make_config("sac-pendulum", {"seed": seed(0), "total_frames": 4_000, "eval_every_frames": 4_000})
     summary = train("sac-pendulum", cfg, tmp_path, progress=False)
     assert summary["frames"] == 4_000
