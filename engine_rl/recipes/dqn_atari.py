@@ -30,19 +30,40 @@ class DQNAtariConfig(DQNConfig):
     env_id: str = "BreakoutNoFrameskip-v4"
     wrappers: tuple[str, ...] = ATARI_WRAPPERS
     num_envs: int = 8
+    """Environment copies stepped together by the collector (rl-zoo: 1; 8 here, same updates per
+    frame)."""
     total_frames: int = 10_000_000
+    """Frames (agent steps) to collect in the whole run (rl-zoo: n_timesteps 1e7)."""
     optim_steps_per_batch: int = 64
+    """Gradient steps after each batch: one per 4 frames (rl-zoo: train_freq 4, gradient_steps 1)."""
     learning_starts: int = 100_000
+    """Frames collected before the first gradient step (rl-zoo: 100000)."""
     batch_size: int = 32
+    """Transitions per gradient step (rl-zoo: 32)."""
     lr: float = 1e-4
+    """Adam learning rate (rl-zoo: 1e-4)."""
     lr_end: float | None = None
+    """Constant learning rate (rl-zoo)."""
     hidden: tuple[int, ...] = ()
+    """No hidden layer after the Nature CNN's 512 features: a linear Q head (SB3's CnnPolicy)."""
     double: bool = False
+    """Plain DQN targets (SB3's DQN)."""
     clip_rewards: bool = True
+    """Store the sign of each reward in replay (SB3's AtariWrapper); reported returns stay the game
+    score."""
     eps_end: float = 0.01
+    """Final exploration epsilon (rl-zoo: 0.01)."""
     eps_frames: int = 1_000_000
+    """Frames over which epsilon decays linearly (rl-zoo: 10% of 10M)."""
     target_update_every: int = 250
+    """Hard target-network copy every 250 optim steps = 1,000 frames (rl-zoo: target_update_interval
+    1000)."""
     eval_every: int = 392
+    """Evaluate every this many batches (392 x 256 = 100,352 frames) and at the end of the run."""
+    frames_per_batch: int = 256
+    """Frames per collected batch (32 steps of 8 copies)."""
+    buffer_size: int = 100_000
+    """Replay capacity in transitions (rl-zoo: 100000)."""
 
     def __post_init__(self) -> None:
         if self.make_env is None:  # ALE/*-v5 skips frames itself: made with frameskip=1 for the wrappers

@@ -57,6 +57,9 @@ __all__ = ["DQNConfig", "build_dqn"]
 class DQNConfig(ReplayConfig):
     env_id: str = "CartPole-v1"
     num_envs: int = 32
+    """Environment copies stepped together by the collector (rl-zoo: 1). More copies decorrelate
+    each batch (8 steps of 32 episodes rather than 256 steps of one); 32 ended higher than 1-16
+    over seeds 0-9 (``docs/benchmarks.md``)."""
     total_frames: int = 50_000
     frames_per_batch: int = 256
     optim_steps_per_batch: int = 128
@@ -68,11 +71,14 @@ class DQNConfig(ReplayConfig):
     replays of pixels larger than RAM; samples are read into the training device)."""
     batch_size: int = 64
     lr: float = 2.3e-3
+    """Adam learning rate at the start of the run."""
     lr_end: float | None = 0.0
     """Learning rate reached linearly at the end of the run (None: constant ``lr``, as rl-zoo).
     The decay steadies the end-of-run policy against DQN's late collapses on CartPole."""
     gamma: float = 0.99
     hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the Q network's MLP; for image observations (uint8, kept uint8 in
+    replay) the MLP sits on the Nature CNN's 512 features (``engine_rl.algos.encoders``)."""
     double: bool = True
     """Double DQN targets (online net picks, target net values)."""
     clip_rewards: bool = False
@@ -102,6 +108,8 @@ class DQNConfig(ReplayConfig):
     async_collection: bool = False
     """Collect in a background process (:class:`~engine_rl.collectors.AsyncCollector`) that writes
     the replay buffer while the learner optimizes; learner weights go to it after every batch."""
+    eval_episodes: int = 10
+    """Deterministic (greedy) evaluation episodes per evaluation."""
 
     env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="dqn", actions="discrete")
 

@@ -30,21 +30,45 @@ __all__ = ["PPOAtariConfig"]
 @dataclass(kw_only=True)
 class PPOAtariConfig(PPOConfig):
     env_id: str = "BreakoutNoFrameskip-v4"
+    """Gymnasium id of an Atari game: a ``NoFrameskip-v4`` id, or an ``ALE/*-v5`` id (made with
+    frameskip=1, keeping v5's sticky actions) without frame skip (the wrappers skip frames;
+    CleanRL: BreakoutNoFrameskip-v4)."""
     wrappers: tuple[str, ...] = ATARI_WRAPPERS
     total_frames: int = 10_000_000
+    """Frames (agent steps) to collect in the whole run (CleanRL: total_timesteps=10M)."""
     steps_per_env: int = 128
+    """Steps per env copy in each batch (CleanRL: num_steps=128)."""
     num_epochs: int = 4
+    """Optim epochs per batch (CleanRL: update_epochs=4)."""
     lr: float = 2.5e-4
+    """Adam learning rate at the start, annealed linearly to lr_end (CleanRL: 2.5e-4)."""
     clip_epsilon: float = 0.1
+    """Clip range of the probability ratio (CleanRL: clip_coef=0.1, not annealed)."""
     clip_epsilon_end: float = 0.1
+    """Clip range at the end of the run: constant 0.1 (CleanRL)."""
     value_clip: float | None = 0.1
+    """Clip range of the value prediction around the batch's old values (CleanRL: clip_vloss with
+    clip_coef 0.1)."""
     gamma: float = 0.99
+    """Discount factor (CleanRL: 0.99)."""
     gae_lambda: float = 0.95
+    """GAE lambda (CleanRL: 0.95)."""
     entropy_coef: float = 0.01
+    """Weight of the entropy bonus (CleanRL: ent_coef=0.01)."""
     hidden: tuple[int, ...] = ()
+    """Hidden widths of the actor and critic heads on the shared Nature CNN (CleanRL: none, linear
+    heads)."""
     activation: str = "relu"
+    """Activation of any hidden head layers (the Nature CNN uses ReLU)."""
     clip_rewards: bool = True
+    """Give the loss the sign of each reward (CleanRL: ClipRewardEnv); reported returns stay the
+    game score."""
     eval_every: int = 100
+    """Evaluate every this many batches (100 x 1,024 = 102,400 frames) and at the end of the run."""
+    num_envs: int = 8
+    """Environment copies stepped together by the collector (CleanRL: num_envs=8)."""
+    batch_size: int = 256
+    """Frames per minibatch (CleanRL: 1,024 / num_minibatches=4)."""
 
     def __post_init__(self) -> None:
         if self.make_env is None:  # ALE/*-v5 skips frames itself: made with frameskip=1 for the wrappers

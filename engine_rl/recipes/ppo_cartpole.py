@@ -52,6 +52,7 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 class PPOConfig(RecipeConfig):
     env_id: str = "CartPole-v1"
     num_envs: int = 8
+    """Environment copies stepped together by the collector (rl-zoo: n_envs)."""
     total_frames: int = 100_000
     steps_per_env: int = 32
     """Steps per env copy in each batch (rl-zoo: n_steps); a batch is num_envs * steps_per_env frames."""
@@ -59,6 +60,7 @@ class PPOConfig(RecipeConfig):
     num_epochs: int = 20
     """Optim epochs (passes over the batch) per batch (rl-zoo: n_epochs)."""
     lr: float = 1e-3
+    """Adam learning rate at the start (decays linearly to lr_end over total_frames)."""
     lr_end: float = 0.0
     """Learning rate at the end of the run (set it to lr for a constant rate)."""
     adam_eps: float = 1e-5
@@ -83,6 +85,8 @@ class PPOConfig(RecipeConfig):
     target_kl: float | None = None
     """Stop a batch's epochs once approx_kl exceeds 1.5 * target_kl (None: never)."""
     hidden: tuple[int, ...] = (64, 64)
+    """Hidden widths of the actor and of the critic (separate networks; for image observations both
+    sit on a shared Nature CNN trunk of 512 features, ``engine_rl.algos.encoders``)."""
     activation: str = "tanh"
     """Activation of the hidden layers: 'tanh' or 'relu'."""
     ortho_init: bool = True

@@ -27,19 +27,33 @@ __all__ = ["PPOMujocoConfig"]
 @dataclass(kw_only=True)
 class PPOMujocoConfig(PPOConfig):
     env_id: str = "Hopper-v5"
+    """Gymnasium id of a Box-action env (CleanRL's benchmark: Hopper, HalfCheetah, Walker2d, ...)."""
     num_envs: int = 1
+    """Environment copies stepped together by the collector (CleanRL: num_envs=1)."""
     total_frames: int = 1_000_000
+    """Frames to collect in the whole run (CleanRL: total_timesteps=1M)."""
     steps_per_env: int = 2048
+    """Steps per env copy in each batch (CleanRL: num_steps=2048)."""
     batch_size: int = 64
+    """Frames per minibatch (CleanRL: 2048 / num_minibatches=32)."""
     num_epochs: int = 10
+    """Optim epochs per batch (CleanRL: update_epochs=10)."""
     lr: float = 3e-4
+    """Adam learning rate at the start, annealed linearly to lr_end (CleanRL: 3e-4)."""
     clip_epsilon_end: float = 0.2
+    """Clip range at the end of the run: constant 0.2 (CleanRL: clip_coef=0.2, not annealed)."""
     value_clip: float | None = 0.2
+    """Clip range of the value prediction around the batch's old values (CleanRL: clip_vloss, 0.2)."""
     gamma: float = 0.99
+    """Discount factor (CleanRL: 0.99)."""
     gae_lambda: float = 0.95
+    """GAE lambda (CleanRL: 0.95)."""
     normalize_observations: bool = True
+    """Running mean/std observation normalization inside the policy, clamped to ±10 (CleanRL: on)."""
     normalize_rewards: bool = True
+    """Scale rewards by the running std of the discounted return, clamped to ±10 (CleanRL: on)."""
     eval_every: int = 25
+    """Evaluate every this many batches (25 x 2,048 = 51,200 frames) and at the end of the run."""
 
 
 @register("ppo-mujoco", PPOMujocoConfig, "PPO on MuJoCo Hopper-v5 (CleanRL's defaults, 1M frames); any Box-action env")

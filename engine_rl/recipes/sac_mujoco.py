@@ -24,9 +24,14 @@ __all__ = ["SACMujocoConfig"]
 @dataclass(kw_only=True)
 class SACMujocoConfig(SACConfig):
     env_id: str = "HalfCheetah-v5"
+    """Gymnasium id of a 1-D Box-action env (rl-zoo's MuJoCo set: HalfCheetah, Hopper, Walker2d,
+    Ant)."""
     total_frames: int = 1_000_000
+    """Frames to collect in the whole run (rl-zoo: n_timesteps 1e6)."""
     learning_starts: int = 10_000
+    """Frames of uniform random actions collected before the first gradient step (rl-zoo: 10000)."""
     lr: float = 3e-4
+    """Adam learning rate of the actor, the critics and the temperature (SB3 default: 3e-4)."""
     eval_every_frames: int = 25_000
     log_every_frames: int = 1_000
 

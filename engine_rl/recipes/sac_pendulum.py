@@ -42,6 +42,20 @@ class SACConfig(OffPolicyConfig):
     """Tune the temperature towards target_entropy (SB3: ent_coef='auto')."""
     target_entropy: float | None = None
     """Entropy target of the temperature; None: -action_dim."""
+    num_envs: int = 1
+    """Environment copies stepped together by the collector (rl-zoo: 1)."""
+    total_frames: int = 20_000
+    """Frames to collect in the whole run (rl-zoo: n_timesteps 20000)."""
+    lr: float = 0.001
+    """Adam learning rate of the actor, the critics and the temperature (rl-zoo: 1e-3)."""
+    eval_episodes: int = 10
+    """Deterministic (mean action) evaluation episodes per evaluation."""
+    frames_per_batch: int = 1
+    """Frames per collected batch, a multiple of num_envs (SB3: train_freq * num_envs)."""
+    learning_starts: int = 100
+    """Frames of uniform random actions collected before the first gradient step (SB3: 100)."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions (SB3: 1e6; capped at total_frames, which never fill more)."""
 
     env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="sac", actions="box")
 

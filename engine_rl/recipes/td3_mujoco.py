@@ -25,10 +25,16 @@ __all__ = ["TD3MujocoConfig"]
 @dataclass(kw_only=True)
 class TD3MujocoConfig(TD3Config):
     env_id: str = "HalfCheetah-v5"
+    """Gymnasium id of a 1-D Box-action env (rl-zoo's MuJoCo set: HalfCheetah, Hopper, Walker2d,
+    Ant)."""
     total_frames: int = 1_000_000
+    """Frames to collect in the whole run (rl-zoo: n_timesteps 1e6)."""
     frames_per_batch: int = 1
+    """Frames per collected batch (SB3: train_freq=1)."""
     buffer_size: int = 1_000_000
+    """Replay capacity in transitions (SB3: 1e6)."""
     gamma: float = 0.99
+    """Discount factor (SB3: 0.99)."""
     eval_every_frames: int = 25_000
     log_every_frames: int = 1_000
 

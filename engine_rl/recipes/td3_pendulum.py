@@ -36,10 +36,17 @@ __all__ = ["TD3Config", "build_td3"]
 @dataclass(kw_only=True)
 class TD3Config(OffPolicyConfig):
     frames_per_batch: int = 200
+    """Frames per collected batch, a multiple of num_envs (rl-zoo: train_freq one episode, 200
+    frames on Pendulum)."""
     learning_starts: int = 10_000
+    """Frames of uniform random actions collected before the first gradient step (rl-zoo: 10000)."""
     buffer_size: int = 200_000
+    """Replay capacity in transitions (rl-zoo: 200000; capped at total_frames, which never fill
+    more)."""
     gamma: float = 0.98
+    """Discount factor (rl-zoo: 0.98)."""
     hidden: tuple[int, ...] = (400, 300)
+    """Hidden layer widths of the actor and of each critic (rl-zoo: net_arch [400, 300])."""
     policy_delay: int = 2
     """Critic updates per actor (and target) update (SB3: 2)."""
     exploration_noise: float = 0.1
@@ -48,6 +55,18 @@ class TD3Config(OffPolicyConfig):
     """Std of the target policy smoothing noise, in [-1, 1] action units (SB3: 0.2)."""
     noise_clip: float = 0.5
     """Clip of the target policy smoothing noise (SB3: 0.5)."""
+    num_envs: int = 1
+    """Environment copies stepped together by the collector (rl-zoo: 1)."""
+    total_frames: int = 20_000
+    """Frames to collect in the whole run (rl-zoo: n_timesteps 20000)."""
+    batch_size: int = 256
+    """Transitions per gradient step (SB3: 256)."""
+    lr: float = 0.001
+    """Adam learning rate of the actor and the critics (rl-zoo: 1e-3)."""
+    eval_episodes: int = 10
+    """Deterministic (noise-free) evaluation episodes per evaluation."""
+    optim_steps_per_batch: int | None = None
+    """Gradient steps after each batch; None: one per frame collected (rl-zoo: gradient_steps=-1)."""
 
     env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="td3", actions="box")
 

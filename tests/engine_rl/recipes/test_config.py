@@ -30,7 +30,7 @@ def test_config_validation_names_the_field():
 def test_every_field_is_documented():
     docs = field_docs(DQNConfig)
     assert {f.name for f in dataclasses.fields(DQNConfig)} == set(docs)
-    assert "lr = 0.0023  # Adam learning rate at the start of the run (" in describe_config(DQNConfig())
+    assert "lr = 0.0023  # Adam learning rate at the start of the run." in describe_config(DQNConfig())
     from engine_rl.recipes import RECIPES
 
     for name, recipe in RECIPES.items():
@@ -40,12 +40,14 @@ def test_every_field_is_documented():
 def test_subclassed_configs_inherit_field_docs_and_redeclared_fields_document_anew():
     from engine_rl.recipes.config_base import RecipeConfig
     from engine_rl.recipes.off_policy import OffPolicyConfig
+    from engine_rl.recipes.td3_mujoco import TD3MujocoConfig
     from engine_rl.recipes.td3_pendulum import TD3Config
 
     base, td3 = field_docs(RecipeConfig), field_docs(TD3Config)
     assert td3["env_id"] == base["env_id"]  # inherited
-    assert td3["gamma"] == base["gamma"] == "Discount factor."  # a new default keeps the base's docstring
-    assert "gamma = 0.98  # Discount factor." in describe_config(TD3Config())
+    # a new default without a docstring keeps the base's docstring
+    assert field_docs(TD3MujocoConfig)["log_every_frames"] == field_docs(OffPolicyConfig)["log_every_frames"]
+    assert "gamma = 0.98  # Discount factor (rl-zoo: 0.98)." in describe_config(TD3Config())
 
     @dataclasses.dataclass(kw_only=True)
     class Mine(TD3Config):
@@ -56,9 +58,10 @@ def test_subclassed_configs_inherit_field_docs_and_redeclared_fields_document_an
     assert field_docs(Mine)["tau"] == field_docs(OffPolicyConfig)["tau"]
 
 
-def test_shared_fields_are_declared_and_documented_once():
-    """A field of the config base is declared and documented there: a recipe config redeclares one
-    only to change its default (a bare ``name: type = value``, keeping the base's docstring)."""
+def test_shared_fields_are_declared_and_checked_once_and_recipes_document_their_reference_values():
+    """A field of the config base is declared and checked there; a recipe config redeclares one to
+    change its default or to say where its value comes from (rl-zoo, CleanRL, SB3), and the base's
+    checks still apply to it."""
     from engine_rl.recipes import RECIPES
     from engine_rl.recipes.config import _own_field_docs
     from engine_rl.recipes.config_base import RecipeConfig, ReplayConfig
@@ -71,12 +74,21 @@ def test_shared_fields_are_declared_and_documented_once():
         for klass, parent in zip(classes, classes[1:]):
             if klass in (RecipeConfig, ReplayConfig):
                 continue
-            redeclared = shared & set(vars(klass).get("__annotations__", {}))
-            assert not redeclared & set(_own_field_docs(klass)), klass.__name__
-            for name in redeclared:
+            own_docs = _own_field_docs(klass)
+            for name in shared & set(vars(klass).get("__annotations__", {})):
                 before = parent.__dataclass_fields__.get(name)
-                if before is not None and before.default is not dataclasses.MISSING:
-                    assert klass.__dataclass_fields__[name].default != before.default, (klass.__name__, name)
+                if before is not None and klass.__dataclass_fields__[name].default == before.default:
+                    assert name in own_docs and own_docs[name] != field_docs(parent).get(name), (klass.__name__, name)
+    listings = {name: describe_config(RECIPES[name].config_cls()) for name in RECIPES}
+    for name, line in [("dqn-atari", "lr = 0.0001  # Adam learning rate (rl-zoo: 1e-4)."),
+                       ("dqn-atari", "eps_frames = 1000000  # Frames over which epsilon decays linearly (rl-zoo: 10% of 10M)."),
+                       ("ppo-atari", "num_envs = 8  # Environment copies stepped together by the collector (CleanRL: num_envs=8)."),
+                       ("ppo-mujoco", "gae_lambda = 0.95  # GAE lambda (CleanRL: 0.95)."),
+                       ("sac-mujoco", "lr = 0.0003  # Adam learning rate of the actor, the critics and the temperature (SB3 default: 3e-4)."),
+                       ("td3-mujoco", "hidden = (400, 300)  # Hidden layer widths of the actor and of each critic (rl-zoo: net_arch [400, 300]).")]:
+        assert line in listings[name], (name, line)
+    with pytest.raises(ValueError, match="lr"):  # the base's check, on a field a recipe redeclares
+        RECIPES["dqn-atari"].config_cls(lr=0.0)
 
 
 def test_override_values_parse_as_the_field_type():
