@@ -37,10 +37,11 @@ from handlers.dashboard import attach_dashboard
 from handlers.episodes import EpisodeStats, Throughput
 from handlers.gradients import GradClipper
 from handlers.kl_stop import KLEarlyStop
-from handlers.metrics_log import MetricsLogger
+from handlers.metrics_log import MetricsEvents, MetricsLogger
 from handlers.minibatch import MinibatchSampler
 from handlers.nan_guard import NaNGuard, NonFiniteError
 from handlers.normalization import ObservationNormalizer, RewardClipper, RewardNormalizer
+from handlers.trackers import TrackerHandler
 from handlers.progress import FramesProgressBar
 from handlers.replay import PriorityUpdater, ReplayExtender, ReplaySampler
 from handlers.schedule import FrameSchedule
@@ -60,6 +61,7 @@ __all__ = [
     "RewardNormalizer",
     "EpisodeStats",
     "FramesProgressBar",
+    "MetricsEvents",
     "MetricsLogger",
     "Throughput",
     "GradClipper",
@@ -67,6 +69,7 @@ __all__ = [
     "ReplayExtender",
     "ReplaySampler",
     "TargetNetUpdater",
+    "TrackerHandler",
     "ValidationRollout",
     "WeightSync",
     "attach_dashboard",

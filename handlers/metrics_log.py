@@ -9,6 +9,10 @@ resolved) attached to the same engine is refused (every line would be written tw
 trainer may log on to the file of one whose run has ended (a notebook that stops a trainer and
 continues with a new one on the same run folder); two engines running at once on one file are
 not detected.
+
+After writing a line, the logger fires :class:`MetricsEvents` ``TRAIN_LOGGED`` or ``EVAL_LOGGED``
+with the line in ``engine.state.logged``: a tracker (:mod:`handlers.trackers`) subscribes to them,
+so it receives exactly what ``metrics.jsonl`` records, at the frames it records.
 """
 
 from __future__ import annotations
@@ -21,16 +25,31 @@ import weakref
 from pathlib import Path
 from typing import IO, Any
 
-from ignite.engine import Engine, Events
+from ignite.engine import Engine, EventEnum, Events
 
 from engine_rl.checks import positive_int
 from handlers._attach import add_handler
 
-__all__ = ["MetricsLogger", "json_number"]
+__all__ = ["MetricsEvents", "MetricsLogger", "json_number"]
 
 #: The logger of each file (by realpath) of each engine, for the one-writer-per-file check; weak, so
 #: an engine that is gone lets its files go.
 _FILES: weakref.WeakKeyDictionary[Engine, dict[str, MetricsLogger]] = weakref.WeakKeyDictionary()
+
+
+class MetricsEvents(EventEnum):
+    """Fired by :class:`MetricsLogger` after it writes a line; ``engine.state.logged`` holds the
+    line (the dict written, with ``kind``, ``frames``, ...). Their Ignite event attribute is
+    ``frames``, so a handler's default global step is the frame count."""
+
+    TRAIN_LOGGED = "train_logged"
+    """A ``train`` line was written."""
+    EVAL_LOGGED = "eval_logged"
+    """An ``eval`` line was written."""
+
+
+#: Each event's ``engine.state`` attribute (Ignite's ``event_to_attr``): the x axis of trackers.
+METRICS_EVENT_TO_ATTR = {MetricsEvents.TRAIN_LOGGED: "frames", MetricsEvents.EVAL_LOGGED: "frames"}
 
 
 def json_number(value: float) -> float | str:
@@ -125,6 +144,8 @@ class MetricsLogger:
         _FILES.setdefault(engine, {})[file] = self
         if every > 1 and episode_ends:  # after the periodic handler, so one iteration is one line
             engine.add_event_handler(Events.ITERATION_COMPLETED, self._log_episode_ends)
+        if not engine.has_registered_events(MetricsEvents.TRAIN_LOGGED):
+            engine.register_events(*MetricsEvents, event_to_attr=METRICS_EVENT_TO_ATTR)
         engine.add_event_handler(Events.STARTED, self._open)
         engine.add_event_handler(Events.ITERATION_COMPLETED, self.log_eval_if_new)
         engine.add_event_handler(Events.COMPLETED, self.log_eval_if_new)
@@ -172,6 +193,7 @@ class MetricsLogger:
                     record[k] = number
         self.write(record)
         self._last_train_iteration = engine.state.iteration
+        self._announce(engine, record, MetricsEvents.TRAIN_LOGGED)
 
     def _log_episode_ends(self, engine: Engine) -> None:
         """A train line for an iteration in which training episodes ended, unless it has one."""
@@ -191,6 +213,14 @@ class MetricsLogger:
                 if number is not None:
                     record[k] = number
         self.write(record)
+        self._announce(engine, record, MetricsEvents.EVAL_LOGGED)
+
+    @staticmethod
+    def _announce(engine: Engine, record: dict[str, Any], event: MetricsEvents) -> None:
+        """Fire ``event`` with the line written in ``state.logged`` (on an engine :meth:`attach` set up)."""
+        if engine.has_registered_events(event):
+            engine.state.logged = record
+            engine.fire_event(event)
 
     def close(self, _: Engine | None = None) -> None:
         if self._file is not None and not self._file.closed:

@@ -38,6 +38,7 @@ from engine_rl.recipes import get_recipe
 from engine_rl.run.checkpoint import latest_checkpoint
 from engine_rl.run.driver import RunError, load_run_config, make_config, train
 from engine_rl.run.launch import launched_externally, run_parallel
+from engine_rl.trackers import TrackerSpec
 
 #: Where a bare ``--visdom`` posts (and where it starts a server if none answers).
 DEFAULT_VISDOM_URL = "http://127.0.0.1:8097"
@@ -60,6 +61,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--visdom", nargs="?", const=DEFAULT_VISDOM_URL, default=None, metavar="URL",
                    help="plot the run live on a visdom server (default URL http://127.0.0.1:8097; with no URL "
                         "and no server there, one is started for the run); one env per run, named after --out")
+    t.add_argument("--logger", dest="loggers", action="append", default=[], metavar="NAME[=TARGET]",
+                   help="also log every metrics.jsonl line to tensorboard (RUN/tensorboard/), mlflow (RUN/mlflow.db) "
+                        "or wandb (offline in RUN/wandb/ unless W&B is configured); repeatable; TARGET: a directory, "
+                        "an MLflow tracking URI or a W&B project; --resume continues the same tracker runs")
     t.add_argument("--resume", nargs="?", const=True, default=False, metavar="PATH",
                    help="continue the run in --out from its newest checkpoint (or from PATH), with its saved config")
     t.add_argument("--trust-config", action="store_true",
@@ -92,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    for text in args.loggers:  # an unknown name or a missing package: one line, before anything runs
+        TrackerSpec.parse(text)
     overrides = list(args.overrides)
     if args.frames is not None:
         overrides.append(f"total_frames={args.frames}")
@@ -121,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         "options": {
             "progress": not args.no_progress, "visdom": args.visdom, "resume": args.resume,
             "checkpoint_every": args.checkpoint_every, "until_frames": args.until_frames, "patience": args.patience,
+            "loggers": tuple(args.loggers),
         },
     }
     with _local_dashboard(args.visdom, out):

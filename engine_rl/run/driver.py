@@ -31,6 +31,7 @@ from engine_rl.run.stages import (
     write_summary,
 )
 from engine_rl.run.stored_config import CODE_FIELDS, check_stored_code, named_fields
+from engine_rl.run.trackers import attach_trackers
 
 __all__ = ["RunError", "load_run_config", "make_config", "train"]
 
@@ -100,6 +101,7 @@ def train(
     checkpoint_every: int | None = None,
     until_frames: int | None = None,
     patience: int | None = None,
+    loggers: tuple[str, ...] | list[str] = (),
 ) -> dict[str, Any]:
     """Train recipe ``name`` with ``config``; write metrics, checkpoints and a summary to ``out_dir``.
 
@@ -120,7 +122,9 @@ def train(
     ``wall_time_s`` and ``fps`` count this call's training only (``fps`` is null if it collected
     no frames: a finished run resumed).
     With ``visdom`` (a server URL), the run is also plotted live there, in a visdom env named
-    after ``out_dir``.
+    after ``out_dir``. With ``loggers`` (``"tensorboard"``, ``"mlflow"``, ``"wandb"``, each
+    optionally ``NAME=TARGET``), every ``metrics.jsonl`` line also goes to those trackers
+    (:mod:`engine_rl.run.trackers`; ``trackers.json`` lets a resume continue the same tracker runs).
 
     While it runs, ``out_dir/run.lock`` (:class:`engine_rl.run.lock.RunLock`) keeps a second run
     out of the folder; it is released when the run ends, also on an error, and a lock left by a
@@ -164,7 +168,8 @@ def train(
     """
     recipe = get_recipe(name)
     options = RunOptions(progress=progress, n_saved=n_saved, visdom=visdom, resume=resume,  # checked here
-                         checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience)
+                         checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience,
+                         loggers=tuple(loggers))
     config.check_env()  # its env and spaces, before anything is written to out_dir
     with locked_run_folder(out_dir, name, config, resume) as out:
         return _train(recipe, Run(name=name, config=config, out=out, options=options,
@@ -182,6 +187,7 @@ def _train(recipe: Any, run: Run) -> dict[str, Any]:
         resume_from_checkpoint(run)  # restore; cut the log back; rotate; drop an untracked best
     schedule_checkpoints(run)  # the last batch's checkpoint at COMPLETED, after the final evaluation
     attach_live_dashboard(run)
+    attach_trackers(run)  # TensorBoard, MLflow, W&B: every metrics.jsonl line
     wall, start_frames = run_trainer(run)
     write_end_files(run)
     return write_summary(run, wall=wall, start_frames=start_frames)

@@ -149,19 +149,22 @@ def write_text(path: Path, text: str) -> None:
         raise RunError(f"{path}: cannot be written ({err.strerror or err})") from err
 
 
-def truncate_metrics(path: Path, frames: int) -> None:
-    """Keep the lines logged up to ``frames`` (what the checkpoint saw): the resumed run logs the rest."""
+def truncate_metrics(path: Path, frames: int) -> int | None:
+    """Keep the lines logged up to ``frames`` (what the checkpoint saw): the resumed run logs the rest.
+    Returns the frames of the last whole line before the cut (None: no file or no line)."""
     if not path.is_file():
-        return
-    keep = []
+        return None
+    keep, last = [], None
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             break  # a line cut off by the kill
-        if int(record.get("frames", 0)) <= frames:
+        last = int(record.get("frames", 0))
+        if last <= frames:
             keep.append(line + "\n")
     write_text(path, "".join(keep))
+    return last
 
 
 def check_out(out_dir: str | Path) -> Path:

@@ -13,7 +13,8 @@ through them. Each stage reads and adds parts of one :class:`Run`:
    deleted, the older ones rotated, an untracked best checkpoint dropped.
 8. :func:`schedule_checkpoints`: periodic checkpoints, the final one at ``COMPLETED`` (after the
    final evaluation), the pause at ``until_frames``.
-9. :func:`attach_live_dashboard`: the visdom plots (rank 0, with ``visdom``).
+9. :func:`attach_live_dashboard`: the visdom plots (rank 0, with ``visdom``); then
+   :func:`engine_rl.run.trackers.attach_trackers`: TensorBoard, MLflow, W&B (rank 0, ``--logger``).
 10. :func:`run_trainer`: training, unless the run is finished already.
 11. :func:`write_end_files`: ``policy.pt`` and ``inference.pt`` (rank 0).
 12. :func:`write_summary`: ``summary.json`` (rank 0), returned on every rank.
@@ -102,6 +103,7 @@ class RunOptions:
     checkpoint_every: int | None = None
     until_frames: int | None = None
     patience: int | None = None
+    loggers: tuple[str, ...] = ()  # --logger NAME[=TARGET] (engine_rl.run.trackers)
 
     def __post_init__(self) -> None:
         for arg in ("checkpoint_every", "until_frames", "patience"):
@@ -130,6 +132,7 @@ class Run:
     to_save: dict[str, Any] = field(default_factory=dict)  # (make_checkpoint)
     checkpoint: SafeCheckpoint | None = None
     resumed_frames: int | None = None  # (resume_from_checkpoint)
+    logged_frames: int | None = None  # the frames of metrics.jsonl's last line before the cut (resume_from_checkpoint)
     paused: bool = False  # stopped at until_frames (schedule_checkpoints)
 
     @property
@@ -290,7 +293,7 @@ def resume_from_checkpoint(run: Run) -> None:
     restore(run.to_save, run.resume_from)
     run.resumed_frames = int(run.setup.trainer.state.frames)
     if run.lead:
-        truncate_metrics(run.metrics_path, run.resumed_frames)
+        run.logged_frames = truncate_metrics(run.metrics_path, run.resumed_frames)
     drop_newer_checkpoints(run.own_checkpoints, run.resumed_frames)
     # keep pruning what the previous process wrote
     track_files_on_disk(run.checkpoint, run.own_checkpoints, run.options.n_saved)
