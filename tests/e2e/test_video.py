@@ -9,6 +9,7 @@ Tiny budgets: a few seconds a run. Seeds from support.seeds (the suite's offset 
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -177,3 +178,13 @@ def test_videos_are_posted_to_the_visdom_dashboard(tmp_path, capsys):
     encoded = html.split("base64,", 1)[1].split('"', 1)[0]
     assert base64.b64decode(encoded) == (tmp_path / "run" / "videos" / "final_1024_ep1.mp4").read_bytes()
     assert window["title"].startswith("final policy at 1,024 frames: episode 1, return ")
+
+
+def test_the_readme_video_command_runs(tmp_path, capsys):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    bullet = re.search(r"^- `--video N`.*?(?=^- )", readme, re.S | re.M).group(0)
+    command = re.search(r"`engine-rl (train [^`]*--video \d+[^`]*)`", bullet).group(1).split()
+    assert command == ["train", "ppo-cartpole", "--video", "2"]
+    summary = train(tmp_path, capsys, *command[1:], "--frames", "1024")  # the README's budget is the recipe's 100k
+    assert [Path(p).name for p in summary["videos"]] == ["final_1024_ep1.mp4", "final_1024_ep2.mp4"]
+    assert "`RUN/videos/final_<frames>_ep<k>.mp4`" in bullet
