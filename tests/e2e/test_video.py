@@ -188,3 +188,16 @@ def test_the_readme_video_command_runs(tmp_path, capsys):
     summary = train(tmp_path, capsys, *command[1:], "--frames", "1024")  # the README's budget is the recipe's 100k
     assert [Path(p).name for p in summary["videos"]] == ["final_1024_ep1.mp4", "final_1024_ep2.mp4"]
     assert "`RUN/videos/final_<frames>_ep<k>.mp4`" in bullet
+
+
+def test_nproc_records_on_rank_0_only(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "ppo-cartpole", "--frames", "2048", "--nproc", "2", "--set", "eval_episodes=1", "--video", "1",
+                 "--seed", seed_arg(0), "--out", str(run), "--no-progress", "--device", "cpu"]) == 0
+    summary = json.loads((run / "summary.json").read_text())  # (printed by the spawned rank 0, not captured here)
+    assert summary["nproc"] == 2 and [Path(p).name for p in summary["videos"]] == ["final_2048_ep1.mp4"]
+    assert decoded(run / "videos" / "final_2048_ep1.mp4")[0] > 1
+    # the handler (and its state) is rank 0's alone: rank 1's checkpoint has none
+    rank0 = torch.load(run / "checkpoints" / "checkpoint_2048.pt", weights_only=True)
+    rank1 = torch.load(run / "checkpoints" / "rank1" / "checkpoint_2048.pt", weights_only=True)
+    assert "trainer.VideoRecording" in rank0 and not any("Video" in key for key in rank1)
