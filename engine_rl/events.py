@@ -25,9 +25,9 @@ per-step events therefore see the same value (the number of the step in progress
 
 from __future__ import annotations
 
-from ignite.engine import EventEnum
+from ignite.engine import Engine, EventEnum
 
-__all__ = ["RLEvents", "RL_EVENT_TO_ATTR", "RL_COUNTERS"]
+__all__ = ["RLEvents", "RL_COUNTERS", "RL_EVENT_TO_ATTR", "VIDEO_EVENT_TO_ATTR", "VideoEvents", "register_video_events"]
 
 
 class RLEvents(EventEnum):
@@ -74,3 +74,44 @@ RL_EVENT_TO_ATTR: dict[RLEvents, str] = {
 
 #: Counters kept on ``engine.state`` and saved in ``engine.state_dict()``.
 RL_COUNTERS: tuple[str, ...] = ("frames", "batches", "optim_steps", "optim_epochs")
+
+
+class VideoEvents(EventEnum):
+    """Events fired on the trainer by :class:`handlers.VideoRecording` (``engine-rl train --video``).
+
+    Register them with :func:`register_video_events` before attaching a handler to them (the
+    handler and :func:`handlers.attach_dashboard` do). A tracker subscribes as to any event:
+    ``trainer.add_event_handler(VideoEvents.VIDEO_SAVED, post_videos)``.
+    """
+
+    VIDEO_SAVED = "video_saved"
+    """Videos of evaluation episodes were written: once per recording (the final policy at
+    ``COMPLETED``, a new best policy after an evaluation). The payload is on the trainer's state:
+
+    - ``state.videos``: a tuple of :class:`engine_rl.video.Video`, one per episode, in order;
+      each has ``path`` (the MP4, a ``pathlib.Path``), ``episode`` (1, 2, ...), ``frames`` (the
+      frames in the file: the reset frame and one per step, ``length + 1``), ``length`` (the
+      episode's steps), ``episode_return`` and ``fps``.
+    - ``state.video_kind``: ``"final"`` (the final policy) or ``"best"`` (a new best evaluation).
+    - ``state.frames``: the training frames when the policy recorded was evaluated (the x axis).
+    - ``state.videos_saved``: recordings so far in this process (the event's counter, for
+      ``every=``/``once=``; not checkpointed: it restarts at 0 in a resumed run).
+    """
+
+
+#: Event -> name of the ``engine.state`` counter incremented before it fires.
+VIDEO_EVENT_TO_ATTR: dict[VideoEvents, str] = {VideoEvents.VIDEO_SAVED: "videos_saved"}
+
+
+def register_video_events(engine: Engine) -> None:
+    """Register :class:`VideoEvents` on ``engine`` unless they are already (then nothing changes).
+
+    Examples:
+        >>> from ignite.engine import Engine
+        >>> engine = Engine(lambda e, batch: None)
+        >>> register_video_events(engine); register_video_events(engine)
+        >>> engine.has_registered_events(VideoEvents.VIDEO_SAVED), engine.state.videos_saved
+        (True, 0)
+    """
+    if not engine.has_registered_events(VideoEvents.VIDEO_SAVED):
+        engine.register_events(*VideoEvents, event_to_attr=VIDEO_EVENT_TO_ATTR)

@@ -28,6 +28,7 @@ handler                       default event                        does
 :class:`RewardClipper`        ``RLEvents.BATCH_COLLECTED``         rewards to their sign (Atari)
 :class:`NaNGuard`             ``RLEvents.BACKWARD_COMPLETED`` ...  stop on NaN/Inf, naming the key
 ``distributed.make_data_parallel`` several                     gradient all-reduce, synced stats
+:class:`VideoRecording`       ``Events.COMPLETED``                 MP4s of evaluation episodes; ``VIDEO_SAVED``
 :func:`attach_dashboard`      ``Events.ITERATION_COMPLETED``       live visdom plots (off-thread)
 ============================  ===================================  ==============================
 """
@@ -47,6 +48,7 @@ from handlers.replay import PriorityUpdater, ReplayExtender, ReplaySampler
 from handlers.schedule import FrameSchedule
 from handlers.target import TargetNetUpdater
 from handlers.validation import ValidationRollout
+from handlers.video import VideoRecording
 from handlers.weights import WeightSync
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "TargetNetUpdater",
     "TrackerHandler",
     "ValidationRollout",
+    "VideoRecording",
     "WeightSync",
     "attach_dashboard",
 ]

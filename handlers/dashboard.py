@@ -10,6 +10,10 @@ The dashboard never hurts training: the training thread only copies a few number
 bounded queue; a background thread (:class:`engine_rl.dashboard.BackgroundPoster`) posts them.
 A server that is not running, dies mid-run or hangs costs one warning; training goes on at full
 speed, and the plots catch up if the server comes back.
+
+Videos: each :attr:`~engine_rl.events.VideoEvents.VIDEO_SAVED` (``engine-rl train --video N``,
+:class:`handlers.VideoRecording`) posts its MP4s through the same thread, one window per episode
+(``video_final_ep1``, ``video_best_ep1``, ...: a new best replaces the previous one's).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from engine_rl.checks import positive_int
 from engine_rl.dashboard.client import DEFAULT_URL, make_client
 from engine_rl.dashboard.layout import plot_rows, window_opts
 from engine_rl.dashboard.poster import BackgroundPoster, Call
+from engine_rl.events import VideoEvents, register_video_events
 
 __all__ = ["DashboardLogger", "EvalPlots", "TrainPlots", "attach_dashboard"]
 
@@ -93,6 +98,19 @@ class DashboardLogger(VisdomLogger):
     def plot(self, record: Mapping[str, Any]) -> None:
         """Queue one record (``frames`` and numbers, like a ``metrics.jsonl`` line) for plotting."""
         self.executor.submit_lazy(self._calls, record)
+
+    def post_videos(self, videos: Sequence[Any], *, kind: str, frames: int) -> None:
+        """Queue ``videos`` (:class:`engine_rl.video.Video`: ``path``, ``episode``, ``length``,
+        ``episode_return``, ``fps``) for posting, window ``video_<kind>_ep<k>`` each, titled with
+        the policy's frames and the episode's return; the file is read on the posting thread."""
+        for video in videos:
+            title = (f"{kind} policy at {frames:,} frames: episode {video.episode}, return {video.episode_return:g}, "
+                     f"{video.length} steps")
+            self.executor.submit(self._post_video, path=str(video.path), win=f"video_{kind}_ep{video.episode}",
+                                 opts={"title": title, "fps": max(1, round(video.fps))})
+
+    def _post_video(self, *, path: str, win: str, opts: dict[str, Any]) -> None:
+        self.vis.video(videofile=path, win=win, env=self.env, opts=dict(opts))
 
     def _calls(self, record: Mapping[str, Any]) -> Iterator[Call]:
         line = self.vis.line
@@ -205,7 +223,8 @@ def attach_dashboard(
     :meth:`DashboardLogger.close` when done with it in a long-lived process).
 
     Training plots are posted every ``every`` iterations (``Events.ITERATION_COMPLETED``),
-    evaluation plots whenever new scores appear; at ``Events.COMPLETED`` the logger waits up to
+    evaluation plots whenever new scores appear, videos at each ``VideoEvents.VIDEO_SAVED``
+    (registered on ``trainer`` here); at ``Events.COMPLETED`` the logger waits up to
     ``flush_timeout`` seconds for the last points to reach the server. Start a server with
     ``engine-rl dashboard`` (or :class:`engine_rl.dashboard.VisdomServer`).
 
@@ -261,5 +280,8 @@ def attach_dashboard(
         logger.attach(trainer, evals, Events.COMPLETED)
     else:
         logger.attach(evaluator, evals, Events.COMPLETED)
+    register_video_events(trainer)
+    trainer.add_event_handler(VideoEvents.VIDEO_SAVED, lambda e: logger.post_videos(
+        e.state.videos, kind=e.state.video_kind, frames=int(getattr(e.state, "frames", 0))))
     trainer.add_event_handler(Events.COMPLETED, lambda _: logger.flush(flush_timeout))
     return logger

@@ -29,7 +29,9 @@ from engine_rl.collectors.registry import EXTRAS, env_spec, is_atari_id
 from engine_rl.collectors.wrappers import EnvWrapper, apply_wrappers, parse_wrappers
 from engine_rl.spaces import is_multi_discrete
 
-__all__ = ["EXTRAS", "VecEnvSpec", "env_spaces", "env_spec", "is_atari_id", "make_vec_env", "vec_env_spec"]
+__all__ = [
+    "EXTRAS", "VecEnvSpec", "env_spaces", "env_spec", "is_atari_id", "make_one_env", "make_vec_env", "vec_env_spec",
+]
 
 VecMode = Literal["auto", "vector_entry_point", "sync", "async"]
 
@@ -93,6 +95,30 @@ def _make_one(
     """One env copy of a ``make_env`` callable, wrapped (a top-level function, so async workers can pickle it)."""
     env = make_checked_env(make_env, owner="make_vec_env", **env_kwargs)
     return apply_wrappers(env, wrappers, owner="make_vec_env")
+
+
+def make_one_env(
+    env_id: str | EnvFactory, *, wrappers: Sequence[str] = (), owner: str = "make_one_env", **env_kwargs: Any
+) -> gym.Env:
+    """One copy of ``env_id`` (a registered id, or a callable making one env) made with
+    ``env_kwargs`` and wrapped by ``wrappers``, as each copy of :func:`make_vec_env` is, but not
+    vectorized: e.g. an env made with ``render_mode="rgb_array"`` to record (:mod:`engine_rl.video`).
+
+    A wrapper name that does not parse, an unregistered id or a ``make_env`` that fails is a
+    ``ValueError`` naming ``owner``; ``gymnasium.make``'s own errors are raised as they are.
+
+    Examples:
+        >>> env = make_one_env("CartPole-v1", wrappers=("TimeLimit(max_episode_steps=5)",), render_mode="rgb_array")
+        >>> env.spec.max_episode_steps, env.render_mode
+        (5, 'rgb_array')
+    """
+    wraps = parse_wrappers(wrappers, owner=owner)
+    if callable(env_id):
+        env = make_checked_env(env_id, owner=owner, **env_kwargs)
+    else:
+        route_for(env_spec(env_id, owner=owner))
+        env = gym.make(env_id, **env_kwargs)
+    return apply_wrappers(env, wraps, owner=owner)
 
 
 def make_vec_env(

@@ -14,6 +14,10 @@ on CPU, nccl on GPU; see :mod:`engine_rl.distributed`); ``--frames`` then counts
 all of them. Several machines: run ``torchrun --nnodes M --nproc-per-node N ... -m engine_rl
 train RECIPE ...`` on each (no ``--nproc``), or ``engine-rl train RECIPE --nproc N --nnodes M
 --node-rank K --master-addr HOST --master-port PORT`` on machine ``K``.
+
+``--video N`` records N evaluation episodes of the final policy (``--video-best``: and of each new
+best) as MP4s in ``--out/videos/`` (rank 0; :mod:`engine_rl.video`); an env that cannot render is
+refused in one line before anything is written.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from engine_rl.commands import fail, one_line, one_line_output
 from engine_rl.device import config_devices
 from engine_rl.finite import NonFiniteElsewhere
 from engine_rl.recipes import get_recipe
+from engine_rl.recipes.env_source import check_recipe_renders
 from engine_rl.run.checkpoint import latest_checkpoint
 from engine_rl.run.driver import RunError, load_run_config, make_config, train
 from engine_rl.run.launch import launched_externally, run_parallel
@@ -76,6 +81,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="pause after F frames with a checkpoint (continue later with --resume)")
     t.add_argument("--patience", type=int, default=None, metavar="N",
                    help="stop early when the evaluation return has not improved for N evaluations")
+    t.add_argument("--video", type=int, default=None, metavar="N",
+                   help="record N evaluation episodes of the final policy as MP4s in OUT/videos/ (the [video] extra)")
+    t.add_argument("--video-best", action="store_true",
+                   help="with --video N: also record N episodes of each policy that evaluates better than all before")
     d = t.add_argument_group("data-parallel training (ignite.distributed)")
     d.add_argument("--nproc", type=int, default=1, metavar="N",
                    help="processes on this machine, each with its own envs and replay shard, gradients averaged "
@@ -93,12 +102,14 @@ def run(args: argparse.Namespace) -> int:
     """Train as ``args`` say; a bad argument or config field raises a ``ValueError`` naming it
     (``engine_rl.cli.main`` prints it as one line, status 2)."""
     get_recipe(args.recipe)
-    for name in ("threads", "checkpoint_every", "until_frames", "patience"):
+    for name in ("threads", "checkpoint_every", "until_frames", "patience", "video"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
     for text in args.loggers:  # an unknown name or a missing package: one line, before anything runs
         TrackerSpec.parse(text)
+    if args.video_best and args.video is None:
+        raise ValueError("--video-best goes with --video N (N: the episodes of each new best to record)")
     overrides = list(args.overrides)
     if args.frames is not None:
         overrides.append(f"total_frames={args.frames}")
@@ -121,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if hasattr(config, "check_env"):  # an env that cannot be made or does not suit the recipe (one from an
         config.check_env()  # extra that is not installed: naming it) is refused before --out is written to
     config_devices(config)  # a device this machine lacks is refused before anything is written to --out
+    if args.video is not None:  # an env that cannot render, or no ffmpeg: refused before training
+        check_recipe_renders(config, owner=f"--video {args.video}")
     parallel = _parallel_options(args)
     debug = getattr(args, "debug", False)
     job = {
@@ -129,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
             "progress": not args.no_progress, "visdom": args.visdom, "resume": args.resume,
             "checkpoint_every": args.checkpoint_every, "until_frames": args.until_frames, "patience": args.patience,
             "loggers": tuple(args.loggers),
+            "video": args.video, "video_best": args.video_best,
         },
     }
     with _local_dashboard(args.visdom, out):

@@ -22,6 +22,8 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -31,11 +33,13 @@ from gymnasium.vector import VectorEnv
 from engine_rl.collectors import GymCollector, TorchEnvCollector
 from engine_rl.collectors.base import BatchCollector
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, resolve_callable
-from engine_rl.collectors.gym_envs import env_spaces, env_spec, make_vec_env
+from engine_rl.collectors.gym_envs import env_spaces, env_spec, make_one_env, make_vec_env
 from engine_rl.envs import TorchEnv, make_torch_env
+from engine_rl.video import check_renders
 
 __all__ = [
-    "EVAL_STEP_CAP", "env_label", "env_source", "recipe_collector", "recipe_env", "recipe_spaces", "recipe_vec_env",
+    "EVAL_STEP_CAP", "check_recipe_renders", "env_label", "env_source", "recipe_collector", "recipe_env", "recipe_render_env", "recipe_spaces",
+    "recipe_vec_env",
 ]
 
 
@@ -62,10 +66,39 @@ EVAL_STEP_CAP = 100_000
 def recipe_vec_env(cfg: Any, num_envs: int, *, evaluation: bool = False) -> VectorEnv:
     """``num_envs`` copies of the config's env, vectorized and wrapped as the config says; for
     ``evaluation``, episodes of an env with no time limit end after :data:`EVAL_STEP_CAP` steps."""
+    return make_vec_env(env_source(cfg), num_envs, mode=cfg.vectorization, wrappers=_wrappers(cfg, evaluation),
+                        **(cfg.env_kwargs or {}))
+
+
+def recipe_render_env(cfg: Any) -> Callable[[], gym.Env]:
+    """A callable making one copy of the config's env as evaluation makes it (its ``env_id`` or
+    ``make_env``, ``env_kwargs``, ``wrappers``, :data:`EVAL_STEP_CAP`), but made with
+    ``render_mode="rgb_array"`` and not vectorized: the env :mod:`engine_rl.video` records. With
+    ``env_backend='torch'``, the gymnasium env of the same id.
+
+    Examples:
+        >>> from engine_rl.recipes.ppo_cartpole import PPOConfig
+        >>> env = recipe_render_env(PPOConfig())()
+        >>> env.render_mode, env.spec.id
+        ('rgb_array', 'CartPole-v1')
+    """
+    kwargs = {**(cfg.env_kwargs or {}), "render_mode": "rgb_array"}
+    return partial(make_one_env, env_source(cfg), wrappers=_wrappers(cfg, True), owner=type(cfg).__name__, **kwargs)
+
+
+def check_recipe_renders(cfg: Any, *, owner: str) -> None:
+    """A ``ValueError``, one line naming ``owner``, the env and what is needed, unless videos of the
+    config's env can be recorded (:func:`engine_rl.video.check_renders` on :func:`recipe_render_env`)."""
+    label = f"env_id {cfg.env_id!r}" if cfg.make_env is None else env_label(cfg)
+    check_renders(recipe_render_env(cfg), label=label, owner=owner)
+
+
+def _wrappers(cfg: Any, evaluation: bool) -> tuple[str, ...]:
+    """The config's wrappers; for ``evaluation``, with :data:`EVAL_STEP_CAP` if its episodes have no time limit."""
     wrappers = tuple(cfg.wrappers)
     if evaluation and not _has_time_limit(cfg):
         wrappers = (*wrappers, f"EvaluationStepCap(max_episode_steps={EVAL_STEP_CAP})")
-    return make_vec_env(env_source(cfg), num_envs, mode=cfg.vectorization, wrappers=wrappers, **(cfg.env_kwargs or {}))
+    return wrappers
 
 
 def recipe_spaces(cfg: Any) -> tuple[gym.Space, gym.Space]:

@@ -13,6 +13,7 @@ import ignite.distributed as idist
 
 from engine_rl.recipes.base import get_recipe
 from engine_rl.recipes.config import apply_overrides
+from engine_rl.recipes.env_source import check_recipe_renders
 from engine_rl.run.folder import RunError, read_config_json
 from engine_rl.run.stages import (
     Run,
@@ -20,6 +21,7 @@ from engine_rl.run.stages import (
     attach_bookkeeping,
     attach_evaluation_extras,
     attach_live_dashboard,
+    attach_videos,
     build_on_rank,
     locked_run_folder,
     make_checkpoint,
@@ -101,6 +103,8 @@ def train(
     checkpoint_every: int | None = None,
     until_frames: int | None = None,
     patience: int | None = None,
+    video: int | None = None,
+    video_best: bool = False,
     loggers: tuple[str, ...] | list[str] = (),
 ) -> dict[str, Any]:
     """Train recipe ``name`` with ``config``; write metrics, checkpoints and a summary to ``out_dir``.
@@ -122,7 +126,11 @@ def train(
     ``wall_time_s`` and ``fps`` count this call's training only (``fps`` is null if it collected
     no frames: a finished run resumed).
     With ``visdom`` (a server URL), the run is also plotted live there, in a visdom env named
-    after ``out_dir``. With ``loggers`` (``"tensorboard"``, ``"mlflow"``, ``"wandb"``, each
+    after ``out_dir``. With ``video``, ``videos/`` holds MP4s of that many evaluation episodes of
+    the final policy, ``final_<frames>_ep<k>.mp4`` (and with ``video_best`` of each new best,
+    ``best_<frames>_ep<k>.mp4``; :class:`handlers.VideoRecording`), listed in the summary's
+    ``videos``, posted to the visdom env too; one that cannot be written is a warning.
+    With ``loggers`` (``"tensorboard"``, ``"mlflow"``, ``"wandb"``, each
     optionally ``NAME=TARGET``), every ``metrics.jsonl`` line also goes to those trackers
     (:mod:`engine_rl.run.trackers`; ``trackers.json`` lets a resume continue the same tracker runs).
 
@@ -148,13 +156,16 @@ def train(
             summary says ``"paused": true``); ``resume`` continues.
         patience: stop when the evaluation return has not improved for this many evaluations
             (Ignite's ``EarlyStopping`` on the recipe's evaluator).
+        video: record this many evaluation episodes of the final policy as MP4s (rank 0; the env
+            is checked to render before anything is written: :mod:`engine_rl.video`).
+        video_best: with ``video``, also record each policy that evaluates better than all before.
 
     Raises:
         RunError: before training: ``out_dir`` is empty, a file, or cannot be written; another run
             holds its lock; nothing to resume or a changed config; a fresh run into a folder with
             checkpoints; a bad option. Also a run file (``summary.json``...) that cannot be written.
         ValueError: before anything is written: the config's env cannot be made or its spaces do
-            not suit the recipe (``config.check_env()``).
+            not suit the recipe (``config.check_env()``), or cannot render with ``video``.
         CheckpointError: a checkpoint cannot be read, or cannot be written (its message names the
             file, the reason and the previous checkpoint, which is intact).
 
@@ -169,8 +180,10 @@ def train(
     recipe = get_recipe(name)
     options = RunOptions(progress=progress, n_saved=n_saved, visdom=visdom, resume=resume,  # checked here
                          checkpoint_every=checkpoint_every, until_frames=until_frames, patience=patience,
-                         loggers=tuple(loggers))
+                         loggers=tuple(loggers), video=video, video_best=video_best)
     config.check_env()  # its env and spaces, before anything is written to out_dir
+    if video is not None:
+        check_recipe_renders(config, owner=f"train: video={video}")
     with locked_run_folder(out_dir, name, config, resume) as out:
         return _train(recipe, Run(name=name, config=config, out=out, options=options,
                                   rank=idist.get_rank(), world=idist.get_world_size()))
@@ -182,6 +195,7 @@ def _train(recipe: Any, run: Run) -> dict[str, Any]:
     build_on_rank(run, recipe)  # this rank's seeds and envs
     attach_bookkeeping(run)  # episode stats, throughput, metrics log, progress bar
     attach_evaluation_extras(run)  # best checkpoint, early stopping
+    attach_videos(run)  # final (and best) videos, recorded before the final checkpoint
     make_checkpoint(run)
     if run.resume_from is not None:
         resume_from_checkpoint(run)  # restore; cut the log back; rotate; drop an untracked best

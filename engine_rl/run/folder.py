@@ -257,13 +257,15 @@ def check_resume_source(out: Path, resume: bool | str | Path) -> None:
 
 def results_of(out: Path) -> list[str]:
     """The files of ``out`` that a run starting over would replace: a non-empty ``metrics.jsonl``,
-    ``summary.json``, ``inference.pt``, ``policy.pt`` and the best policies (``best/*.pt``)."""
+    ``summary.json``, ``inference.pt``, ``policy.pt``, the best policies (``best/*.pt``) and the
+    videos (``videos/*.mp4``)."""
     found = []
     metrics = out / "metrics.jsonl"
     if metrics.is_file() and metrics.stat().st_size > 0:
         found.append(str(metrics))
     found += [str(out / n) for n in ("summary.json", "inference.pt", "policy.pt") if (out / n).is_file()]
     found += [str(p) for p in sorted((out / "best").glob("*.pt"))]
+    found += [str(p) for p in sorted((out / "videos").glob("*.mp4"))]
     return found
 
 

@@ -8,16 +8,17 @@ through them. Each stage reads and adds parts of one :class:`Run`:
 3. :func:`build_on_rank`: the recipe built from this rank's config and seeds.
 4. :func:`attach_bookkeeping`: episode statistics, throughput, the metrics log, the progress bar.
 5. :func:`attach_evaluation_extras`: the best checkpoint and early stopping on the recipe's evaluator.
-6. :func:`make_checkpoint`: the training state and the checkpoint that saves it.
-7. :func:`resume_from_checkpoint`: the state restored; the log cut back to it, newer checkpoints
-   deleted, the older ones rotated, an untracked best checkpoint dropped.
-8. :func:`schedule_checkpoints`: periodic checkpoints, the final one at ``COMPLETED`` (after the
-   final evaluation), the pause at ``until_frames``.
-9. :func:`attach_live_dashboard`: the visdom plots (rank 0, with ``visdom``); then
-   :func:`engine_rl.run.trackers.attach_trackers`: TensorBoard, MLflow, W&B (rank 0, ``--logger``).
-10. :func:`run_trainer`: training, unless the run is finished already.
-11. :func:`write_end_files`: ``policy.pt`` and ``inference.pt`` (rank 0).
-12. :func:`write_summary`: ``summary.json`` (rank 0), returned on every rank.
+6. :func:`attach_videos`: videos of the final (and each new best) policy (rank 0, with ``video``).
+7. :func:`make_checkpoint`: the training state and the checkpoint that saves it.
+8. :func:`resume_from_checkpoint`: the state restored; the log cut back to it, newer checkpoints
+   and videos deleted, the older checkpoints rotated, an untracked best checkpoint dropped.
+9. :func:`schedule_checkpoints`: periodic checkpoints, the final one at ``COMPLETED`` (after the
+   final evaluation and its videos), the pause at ``until_frames``.
+10. :func:`attach_live_dashboard`: the visdom plots (rank 0, with ``visdom``); then
+    :func:`engine_rl.run.trackers.attach_trackers`: TensorBoard, MLflow, W&B (rank 0, ``--logger``).
+11. :func:`run_trainer`: training, unless the run is finished already.
+12. :func:`write_end_files`: ``policy.pt`` and ``inference.pt`` (rank 0).
+13. :func:`write_summary`: ``summary.json`` (rank 0), returned on every rank.
 """
 
 from __future__ import annotations
@@ -62,12 +63,14 @@ from engine_rl.run.folder import (
     write_text,
 )
 from engine_rl.run.launch import rank_config
+from engine_rl.recipes.env_source import recipe_render_env
 from engine_rl.run.rank_checkpoints import rank_checkpoint_dir, rank_disk_saver, resume_path
 from handlers.distributed import AllReducedEpisodeStats, make_data_parallel
 from handlers.episodes import EpisodeStats, Throughput
 from handlers.metrics_log import MetricsLogger, json_number
 from handlers.progress import FramesProgressBar
 from handlers.validation import ValidationRollout
+from handlers.video import VideoRecording
 
 __all__ = [
     "Run",
@@ -75,6 +78,7 @@ __all__ = [
     "attach_bookkeeping",
     "attach_evaluation_extras",
     "attach_live_dashboard",
+    "attach_videos",
     "build_on_rank",
     "evaluation_score",
     "locked_run_folder",
@@ -93,7 +97,8 @@ class RunOptions:
     """The options of :func:`~engine_rl.run.driver.train` (documented there).
 
     Raises:
-        RunError: ``checkpoint_every``, ``until_frames`` or ``patience`` not a positive int or None.
+        RunError: ``checkpoint_every``, ``until_frames``, ``patience`` or ``video`` not a positive
+            int or None; ``video_best`` without ``video``.
     """
 
     progress: bool = True
@@ -103,13 +108,18 @@ class RunOptions:
     checkpoint_every: int | None = None
     until_frames: int | None = None
     patience: int | None = None
+    video: int | None = None
+    video_best: bool = False
     loggers: tuple[str, ...] = ()  # --logger NAME[=TARGET] (engine_rl.run.trackers)
 
     def __post_init__(self) -> None:
-        for arg in ("checkpoint_every", "until_frames", "patience"):
+        for arg in ("checkpoint_every", "until_frames", "patience", "video"):
             value = getattr(self, arg)
             if value is not None and not (is_int(value) and value >= 1):
                 raise RunError(f"train: {arg} must be a positive int or None, got {value!r}")
+        if self.video_best and self.video is None:
+            raise RunError("train: video_best records videos of each new best and needs video (the episodes to "
+                           "record), got video=None")
 
 
 @dataclass(kw_only=True)
@@ -129,6 +139,7 @@ class Run:
     validation: ValidationRollout | None = None
     best: SafeCheckpoint | None = None
     early_stop: EarlyStopping | None = None
+    videos: VideoRecording | None = None  # (attach_videos)
     to_save: dict[str, Any] = field(default_factory=dict)  # (make_checkpoint)
     checkpoint: SafeCheckpoint | None = None
     resumed_frames: int | None = None  # (resume_from_checkpoint)
@@ -153,6 +164,10 @@ class Run:
     @property
     def metrics_path(self) -> Path:
         return self.out / "metrics.jsonl"
+
+    @property
+    def videos_folder(self) -> Path:
+        return self.out / "videos"
 
 
 def _on_every_rank(ok: bool) -> bool:
@@ -195,6 +210,7 @@ def prepare_folder(run: Run) -> None:
         remove_partial_files(run.own_checkpoints)
         if run.lead:
             remove_partial_files(run.out / "best")
+            remove_partial_files(run.videos_folder)
             remove_partial_files(run.out)
     elif latest_checkpoint(run.checkpoints) is not None:
         raise RunError(
@@ -275,6 +291,29 @@ def attach_evaluation_extras(run: Run) -> None:
         raise RunError(f"train: patience needs evaluations, but recipe {run.name!r} attaches no ValidationRollout")
 
 
+def attach_videos(run: Run) -> None:
+    """With ``video`` (rank 0): a :class:`~handlers.video.VideoRecording` of that many evaluation
+    episodes into ``RUN/videos/``, of the final policy and (``video_best``) of each new best, on the
+    env evaluation makes (rendering) with the recipe evaluator's policy and device and the config's
+    ``eval_seed``. Attached before the checkpoint: its best score is saved, and the final videos
+    are recorded before the final checkpoint (a run killed in between records them on resume). A
+    fresh run deletes the videos an earlier run left in the folder."""
+    evaluator = run.validation.evaluator if run.validation is not None else None
+    if run.options.video_best and evaluator is None:  # (on every rank: all stop)
+        raise RunError(f"train: video_best needs evaluations, but recipe {run.name!r} attaches no ValidationRollout")
+    if run.options.video is None or not run.lead:
+        return
+    run.videos = VideoRecording(
+        recipe_render_env(run.config), evaluator.policy if evaluator is not None else run.setup.eval_policy,
+        num_episodes=run.options.video, folder=run.videos_folder, seed=getattr(run.config, "eval_seed", None),
+        device=evaluator.device if evaluator is not None else None, best=run.options.video_best,
+        score_function=evaluation_score,
+    )
+    run.videos.attach(run.setup.trainer, evaluator=evaluator if run.options.video_best else None)
+    if run.resume_from is None:
+        run.videos.drop_after(-1)
+
+
 def make_checkpoint(run: Run) -> None:
     """The training state (:func:`~engine_rl.run.checkpoint.training_state`: the recipe's objects,
     the handlers attached so far, the best checkpoint) and the checkpoint writing this rank's files."""
@@ -299,11 +338,14 @@ def resume_from_checkpoint(run: Run) -> None:
     track_files_on_disk(run.checkpoint, run.own_checkpoints, run.options.n_saved)
     if run.best is not None and run.lead:
         drop_untracked_best(run.best)
+    if run.videos is not None:  # recorded after the checkpoint, by the run this one replaces
+        run.videos.drop_after(run.resumed_frames)
 
 
 def schedule_checkpoints(run: Run) -> None:
     """A checkpoint every ``checkpoint_every`` batches (default: each Ignite epoch) and at
-    ``until_frames``; the last batch's at ``COMPLETED``; the pause at ``until_frames``."""
+    ``until_frames``; the last batch's at ``COMPLETED`` (after the final evaluation and videos);
+    the pause at ``until_frames``."""
     trainer, setup = run.setup.trainer, run.setup
     checkpoint_every, until_frames = run.options.checkpoint_every, run.options.until_frames
 
@@ -395,6 +437,8 @@ def write_summary(run: Run, *, wall: float, start_frames: int) -> dict[str, Any]
     }
     if run.world > 1:
         summary["nproc"] = run.world
+    if run.options.video is not None:  # the MP4s in RUN/videos, final and best ones, by name
+        summary["videos"] = [str(p) for p in sorted(run.videos_folder.glob("*.mp4"))]
     if run.lead:
         write_text(run.out / "summary.json", json.dumps(summary, indent=2, allow_nan=False))
     return summary
