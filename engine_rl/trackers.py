@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRACKERS", "TrackerError", "TrackerSpec", "hyperparameters", "open_tracker", "output_handlers"]
+__all__ = ["TRACKERS", "TrackerError", "TrackerSpec", "hyperparameters", "log_videos", "open_tracker", "output_handlers"]
 
 #: Tracker name -> (the package it needs, the engine_rl extra that installs it).
 TRACKERS: dict[str, tuple[str, str]] = {
@@ -209,3 +209,39 @@ def output_handlers(logger: Any) -> tuple[type, type]:
         raise TypeError(f"output_handlers: {type(logger).__name__} is not Ignite's TensorboardLogger, MLflowLogger "
                         "or WandBLogger")
     return OutputHandler, OptimizerParamsHandler
+
+
+def log_videos(logger: Any, videos: Any, *, kind: str, step: int) -> None:
+    """Send recorded episodes (:class:`engine_rl.video.Video`, from ``VideoEvents.VIDEO_SAVED``) to
+    the tracker, tagged ``video/<kind>_ep<k>`` at ``step`` (frames): TensorBoard through torch's
+    ``add_video`` (an animated GIF, which needs ``moviepy``; at most 100 frames no wider than 240
+    pixels, a preview: the MP4 stays in the run folder), MLflow as artifacts under ``videos/``, W&B
+    as ``wandb.Video`` of the MP4."""
+    module = type(logger).__module__
+    for video in videos:
+        tag = f"video/{kind}_ep{video.episode}"
+        if module.endswith("tensorboard_logger"):
+            clip, every = _preview(video.path, video.frames)
+            logger.writer.add_video(tag, clip, global_step=step, fps=max(1, round(video.fps / every)))
+        elif module.endswith("mlflow_logger"):
+            logger.log_artifact(str(video.path), artifact_path="videos")
+        elif module.endswith("wandb_logger"):
+            import wandb
+
+            logger.log({tag: wandb.Video(str(video.path), format="mp4")}, step=step)
+
+
+def _preview(path: Path, frames: int, *, max_frames: int = 100, max_side: int = 240) -> tuple[Any, int]:
+    """The MP4 at ``path`` as a ``(1, T, 3, H, W)`` uint8 tensor of at most ``max_frames`` frames
+    (every ``every``-th, returned too) whose sides are at most ``max_side`` (every n-th pixel)."""
+    import imageio_ffmpeg
+    import numpy as np
+    import torch
+
+    reader = imageio_ffmpeg.read_frames(str(path))
+    width, height = next(reader)["size"]
+    every, shrink = max(1, math.ceil(frames / max_frames)), max(1, math.ceil(max(width, height) / max_side))
+    clip = [np.frombuffer(raw, np.uint8).reshape(height, width, 3)[::shrink, ::shrink]
+            for i, raw in enumerate(reader) if i % every == 0]
+    reader.close()
+    return torch.from_numpy(np.stack(clip)).permute(0, 3, 1, 2).unsqueeze(0), every

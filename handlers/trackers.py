@@ -3,7 +3,8 @@
 A thin adapter: Ignite's ``OutputHandler`` (and ``OptimizerParamsHandler`` for learning rates),
 attached to :class:`handlers.metrics_log.MetricsEvents`, so the tracker gets every train and eval
 line the trainer's :class:`handlers.MetricsLogger` writes, each scalar under ``train/<key>`` or
-``eval/<key>``, with frames as the x axis. A tracker that fails mid-run (a full disk, a server
+``eval/<key>``, with frames as the x axis; videos a :class:`handlers.VideoRecording` saves too
+(:func:`engine_rl.trackers.log_videos`). A tracker that fails mid-run (a full disk, a server
 gone) costs one warning and is dropped; training goes on and ``metrics.jsonl`` stays the record.
 """
 
@@ -15,7 +16,8 @@ from typing import Any
 
 from ignite.engine import Engine
 
-from engine_rl.trackers import output_handlers
+from engine_rl.events import VideoEvents, register_video_events
+from engine_rl.trackers import log_videos, output_handlers
 from handlers.metrics_log import MetricsEvents
 
 __all__ = ["TrackerHandler", "TrackerWarning"]
@@ -91,7 +93,13 @@ class TrackerHandler:
         self._engine = engine
         for handler, event in self._handlers:
             engine.add_event_handler(event, self._send, handler, event)
+        register_video_events(engine)  # videos a handlers.VideoRecording saves, attached before or after
+        engine.add_event_handler(VideoEvents.VIDEO_SAVED, self._send, self._videos, VideoEvents.VIDEO_SAVED)
         return self
+
+    @staticmethod
+    def _videos(engine: Engine, logger: Any, _event: Any) -> None:
+        log_videos(logger, engine.state.videos, kind=engine.state.video_kind, step=int(engine.state.frames))
 
     def _logged_scalars(self, _output: Any) -> dict[str, float]:
         return _scalars(self._engine.state.logged)

@@ -157,3 +157,27 @@ def test_resuming_with_another_tracker_target_is_refused(tmp_path, capsys):
         f"engine-rl: error: --logger tensorboard={tmp_path / 'elsewhere'}: this run logs to tensorboard at "
         f"{out / 'tensorboard'} (trackers.json); resume with --logger tensorboard (or the same target), or train "
         "into another --out\n")
+
+
+def test_videos_go_to_each_tracker(tmp_path):
+    """``--video 1`` with the three trackers: TensorBoard a GIF preview (an image summary) at the
+    final frames, MLflow the MP4 as an artifact, W&B the MP4 as a media file of the run."""
+    pytest.importorskip("imageio_ffmpeg")
+    pytest.importorskip("moviepy")
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    assert train(out, *ALL, "--video", "1", "--frames", "512") == 0
+    video = out / "videos" / "final_512_ep1.mp4"
+    assert video.is_file()
+    record = json.loads((out / "trackers.json").read_text())
+    events = EventAccumulator(record["tensorboard"]["target"], size_guidance={"images": 0})
+    events.Reload()
+    [image] = events.Images("video/final_ep1")
+    assert image.step == 512 and image.encoded_image_string[:6] == b"GIF89a"
+    client = MlflowClient(tracking_uri=record["mlflow"]["target"])
+    artifacts = [a.path for a in client.list_artifacts(record["mlflow"]["run_id"], "videos")]
+    assert artifacts == ["videos/final_512_ep1.mp4"]
+    [media] = (out / "wandb").glob(f"offline-run-*-{record['wandb']['run_id']}/files/media/videos/video/final_ep1_*.mp4")
+    assert media.read_bytes() == video.read_bytes()

@@ -71,11 +71,21 @@ def _wandb_records(path: Path):
             yield record
 
 
+def _wandb_files(wandb_dir: str | Path, run_id: str) -> list[Path]:
+    """The offline files of run ``run_id``, oldest first: ``offline-run-<time>-<id>``, with ``-1``,
+    ``-2``... appended to a folder name already taken (a resume within the same second)."""
+    def order(path: Path) -> tuple[str, int]:
+        stamp, _, rest = path.parent.name.removeprefix("offline-run-").partition(f"-{run_id}")
+        return stamp, int(rest[1:] or 0)
+
+    return sorted(Path(wandb_dir).glob(f"offline-run-*/run-{run_id}.wandb"), key=order)
+
+
 def wandb_scalars(wandb_dir: str | Path, run_id: str) -> dict[str, list[tuple[int, float]]]:
     """Every history point of the offline W&B run ``run_id`` (all its offline files: a resumed run
     writes one per process), by key."""
     points: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for path in sorted(Path(wandb_dir).glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")):
+    for path in _wandb_files(wandb_dir, run_id):
         for record in _wandb_records(path):
             if record.WhichOneof("record_type") == "history":
                 step = record.history.step.num
@@ -87,7 +97,7 @@ def wandb_scalars(wandb_dir: str | Path, run_id: str) -> dict[str, list[tuple[in
 
 
 def wandb_config(wandb_dir: str | Path, run_id: str) -> dict[str, object]:
-    for path in sorted(Path(wandb_dir).glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")):
+    for path in _wandb_files(wandb_dir, run_id):
         for record in _wandb_records(path):
             if record.WhichOneof("record_type") == "run":
                 return {item.key: json.loads(item.value_json)["value"] if "value" in item.value_json
