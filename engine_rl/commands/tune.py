@@ -14,7 +14,6 @@ The machinery is :mod:`engine_rl.tune`, which needs the ``[tune]`` extra.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 
 from engine_rl.recipes import get_recipe
 
@@ -41,8 +40,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run or continue the study; print the trials, the best one, and where the files are."""
     get_recipe(args.recipe)
-    if not all(importlib.util.find_spec(name) for name in ("optuna", "optuna_integration", "matplotlib")):
-        raise ValueError(EXTRA)
+    try:
+        import matplotlib  # noqa: F401
+        import optuna_integration  # noqa: F401
+    except ImportError as err:
+        raise ValueError(f"{EXTRA}; {err}") from None
     from engine_rl.tune import TuneSpec, best_record, run_study, save_plots, trials_table, write_best
 
     spec = TuneSpec(recipe=args.recipe, trials=args.trials, out=args.out or f"runs/tune-{args.recipe}",
