@@ -170,8 +170,9 @@ def dqn_search_space(trial: Any, config: DQNConfig) -> dict[str, Any]:
 
     ``gamma`` 1 - [1e-4, 0.03] (log-uniform); ``batch_size`` 2**2..2**11; ``lr`` [1e-5, 2e-3] (log;
     the start of the recipe's decay to ``lr_end``); rl-zoo's ``train_freq`` 1..10 steps of each env
-    copy per batch, so ``frames_per_batch = train_freq * num_envs``, and ``optim_steps_per_batch =
-    max(train_freq // subsample_steps, 1)`` with ``subsample_steps`` 1..min(train_freq, 8);
+    copy per batch, so ``frames_per_batch = train_freq * num_envs``, and its ``max(train_freq //
+    subsample_steps, 1)`` gradient steps (``subsample_steps`` 1..min(train_freq, 8)) per env copy, so
+    ``optim_steps_per_batch`` keeps rl-zoo's updates per frame (rl-zoo tunes with one env);
     ``eps_end`` [0, 0.2]; ``eps_frames`` a fraction [0, 0.5] of ``total_frames``; rl-zoo's
     ``target_update_interval`` 1..20,000 frames (log), as optim steps: ``target_update_every =
     max(1, round(interval * optim_steps_per_batch / frames_per_batch))``; ``hidden`` small (64, 64),
@@ -185,7 +186,7 @@ def dqn_search_space(trial: Any, config: DQNConfig) -> dict[str, Any]:
         ...     "target_update_interval": 1000, "net_arch": "medium"})
         >>> space = dqn_search_space(trial, DQNConfig(num_envs=8, total_frames=20_000))
         >>> [space[k] for k in ("frames_per_batch", "optim_steps_per_batch", "eps_frames", "target_update_every")]
-        [32, 2, 5000, 62]
+        [32, 16, 5000, 500]
     """
     gamma, batch_size = discount(trial), power_of_two(trial, "batch_size", 2, 11)
     lr = trial.suggest_float("learning_rate", 1e-5, 2e-3, log=True)
@@ -194,7 +195,8 @@ def dqn_search_space(trial: Any, config: DQNConfig) -> dict[str, Any]:
     eps_end = trial.suggest_float("exploration_final_eps", 0.0, 0.2)
     eps_fraction = trial.suggest_float("exploration_fraction", 0.0, 0.5)
     interval = trial.suggest_int("target_update_interval", 1, 20_000, log=True)
-    frames_per_batch, optim_steps = train_freq * config.num_envs, max(train_freq // subsample_steps, 1)
+    frames_per_batch = train_freq * config.num_envs
+    optim_steps = max(train_freq // subsample_steps, 1) * config.num_envs
     return {
         "gamma": gamma, "batch_size": batch_size, "lr": lr,
         "frames_per_batch": frames_per_batch, "optim_steps_per_batch": optim_steps,

@@ -45,15 +45,15 @@ def off_policy_space(trial: Any, config: Any) -> dict[str, Any]:
     """What rl-zoo's ``sample_sac_params`` and ``sample_td3_params`` share, as the fields of
     :class:`~engine_rl.recipes.off_policy.OffPolicyConfig`: ``gamma`` (:func:`discount`);
     ``batch_size`` 2**2..2**11; ``lr`` [1e-5, 2e-3] (log-uniform); rl-zoo's ``train_freq`` 1..10 steps
-    of each env copy per batch with as many gradient steps (``frames_per_batch = train_freq *
-    num_envs``, ``optim_steps_per_batch = train_freq``: one update per frame with one env copy);
+    of each env copy per batch with one update per frame (``frames_per_batch = optim_steps_per_batch =
+    train_freq * num_envs``);
     ``tau`` [0.001, 0.08] (log); ``hidden`` small, medium or big (:data:`OFF_POLICY_NETS`)."""
     gamma, batch_size = discount(trial), power_of_two(trial, "batch_size", 2, 11)
     lr = trial.suggest_float("learning_rate", 1e-5, 2e-3, log=True)
     train_freq = trial.suggest_int("train_freq", 1, 10)
     return {
         "gamma": gamma, "batch_size": batch_size, "lr": lr,
-        "frames_per_batch": train_freq * config.num_envs, "optim_steps_per_batch": train_freq,
+        "frames_per_batch": train_freq * config.num_envs, "optim_steps_per_batch": train_freq * config.num_envs,
         "tau": trial.suggest_float("tau", 0.001, 0.08, log=True),
         "hidden": network(trial, OFF_POLICY_NETS),
     }

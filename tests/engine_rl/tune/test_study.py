@@ -27,7 +27,7 @@ from engine_rl.tune.study import (
 from support.scores import scored_by
 from support.seeds import seed
 
-FAST = ["num_envs=4", "learning_starts=500", "eval_every=20", "eval_episodes=2"]
+FAST = ["num_envs=4", "learning_starts=1500", "eval_every=20", "eval_episodes=2"]
 
 
 def spec(tmp_path, **fields):
