@@ -52,3 +52,7 @@ def test_handler_example_runs(capsys):
         expected = 0.5 * expected + 0.5 * x
     assert trainer.state.metrics["loss_ema"] == expected
     assert capsys.readouterr().out.split() == ["8", "4", str(expected)]
+
+
+def test_readme_stays_short():
+    assert len(README.read_text().splitlines()) <= 250

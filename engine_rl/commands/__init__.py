@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 __all__ = ["COMMANDS", "fail", "one_line", "one_line_output"]
 
-COMMANDS = ("train", "eval", "recipes", "dashboard")
+COMMANDS = ("train", "eval", "tune", "recipes", "dashboard")
 
 
 def one_line(err: BaseException) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from ignite.engine import Engine
 
-__all__ = ["Recipe", "Setup", "RECIPES", "register", "get_recipe"]
+__all__ = ["Recipe", "SearchSpace", "Setup", "RECIPES", "register", "get_recipe"]
 
 
 @dataclass(kw_only=True)
@@ -35,22 +35,34 @@ class Setup:
             close()
 
 
+SearchSpace = Callable[[Any, Any], dict[str, Any]]
+"""A recipe's tuning search space: ``search_space(trial, config) -> {field: value}`` samples the
+config fields it tunes with an Optuna trial's ``suggest_*`` methods, ``config`` being the trial's
+base config (the recipe's defaults with the user's ``--set``), and returns them
+(:mod:`engine_rl.tune`)."""
+
+
 @dataclass(frozen=True)
 class Recipe:
     name: str
     config_cls: type
     build: Callable[[Any], Setup]
     summary: str
+    search_space: SearchSpace | None = None
+    """What ``engine-rl tune`` searches (None: the recipe cannot be tuned)."""
 
 
 RECIPES: dict[str, Recipe] = {}
 
 
-def register(name: str, config_cls: type, summary: str) -> Callable[[Callable[[Any], Setup]], Callable[[Any], Setup]]:
-    """Decorator registering a recipe's ``build(config) -> Setup`` under ``name``."""
+def register(
+    name: str, config_cls: type, summary: str, *, search_space: SearchSpace | None = None
+) -> Callable[[Callable[[Any], Setup]], Callable[[Any], Setup]]:
+    """Decorator registering a recipe's ``build(config) -> Setup`` under ``name``, with the
+    ``search_space`` that ``engine-rl tune`` samples (see :data:`SearchSpace`), if it has one."""
 
     def deco(build: Callable[[Any], Setup]) -> Callable[[Any], Setup]:
-        RECIPES[name] = Recipe(name, config_cls, build, summary)
+        RECIPES[name] = Recipe(name, config_cls, build, summary, search_space)
         return build
 
     return deco

@@ -37,6 +37,7 @@ from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.config_base import ReplayConfig
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces, recipe_vec_env
 from engine_rl.recipes.memory_checks import check_sizes
+from engine_rl.recipes.search import OFF_POLICY_NETS, discount, network, power_of_two
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
 from handlers import (
     GradClipper,
@@ -50,7 +51,7 @@ from handlers import (
     WeightSync,
 )
 
-__all__ = ["DQNConfig", "build_dqn"]
+__all__ = ["DQNConfig", "build_dqn", "dqn_search_space"]
 
 
 @dataclass(kw_only=True)
@@ -163,8 +164,51 @@ def _check_async(cfg: DQNConfig, device: torch.device, replay_device: torch.devi
             ) from None
 
 
+def dqn_search_space(trial: Any, config: DQNConfig) -> dict[str, Any]:
+    """``engine-rl tune``'s DQN space: rl-baselines3-zoo's ``sample_dqn_params`` (``rl_zoo3/hyperparams_opt.py``,
+    :mod:`engine_rl.recipes.search`) as this recipe's fields.
+
+    ``gamma`` 1 - [1e-4, 0.03] (log-uniform); ``batch_size`` 2**2..2**11; ``lr`` [1e-5, 2e-3] (log;
+    the start of the recipe's decay to ``lr_end``); rl-zoo's ``train_freq`` 1..10 steps of each env
+    copy per batch, so ``frames_per_batch = train_freq * num_envs``, and its ``max(train_freq //
+    subsample_steps, 1)`` gradient steps (``subsample_steps`` 1..min(train_freq, 8)) per env copy, so
+    ``optim_steps_per_batch`` keeps rl-zoo's updates per frame (rl-zoo tunes with one env);
+    ``eps_end`` [0, 0.2]; ``eps_frames`` a fraction [0, 0.5] of ``total_frames``; rl-zoo's
+    ``target_update_interval`` 1..20,000 frames (log), as optim steps: ``target_update_every =
+    max(1, round(interval * optim_steps_per_batch / frames_per_batch))``; ``hidden`` small (64, 64),
+    medium (256, 256) or big (400, 300).
+
+    Examples:
+        >>> import optuna
+        >>> trial = optuna.trial.FixedTrial({
+        ...     "one_minus_gamma": 0.01, "batch_size_pow": 6, "learning_rate": 1e-3, "train_freq": 4,
+        ...     "subsample_steps": 2, "exploration_final_eps": 0.05, "exploration_fraction": 0.25,
+        ...     "target_update_interval": 1000, "net_arch": "medium"})
+        >>> space = dqn_search_space(trial, DQNConfig(num_envs=8, total_frames=20_000))
+        >>> [space[k] for k in ("frames_per_batch", "optim_steps_per_batch", "eps_frames", "target_update_every")]
+        [32, 16, 5000, 500]
+    """
+    gamma, batch_size = discount(trial), power_of_two(trial, "batch_size", 2, 11)
+    lr = trial.suggest_float("learning_rate", 1e-5, 2e-3, log=True)
+    train_freq = trial.suggest_int("train_freq", 1, 10)
+    subsample_steps = trial.suggest_int("subsample_steps", 1, min(train_freq, 8))
+    eps_end = trial.suggest_float("exploration_final_eps", 0.0, 0.2)
+    eps_fraction = trial.suggest_float("exploration_fraction", 0.0, 0.5)
+    interval = trial.suggest_int("target_update_interval", 1, 20_000, log=True)
+    frames_per_batch = train_freq * config.num_envs
+    optim_steps = max(train_freq // subsample_steps, 1) * config.num_envs
+    return {
+        "gamma": gamma, "batch_size": batch_size, "lr": lr,
+        "frames_per_batch": frames_per_batch, "optim_steps_per_batch": optim_steps,
+        "eps_end": eps_end, "eps_frames": round(eps_fraction * config.total_frames),
+        "target_update_every": max(1, round(interval * optim_steps / frames_per_batch)),
+        "hidden": network(trial, OFF_POLICY_NETS),
+    }
+
+
 @register("dqn-cartpole", DQNConfig,
-          "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames on most seeds")
+          "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames on most seeds",
+          search_space=dqn_search_space)
 def build_dqn(cfg: DQNConfig) -> Setup:
     cfg.check_env()
     torch.manual_seed(cfg.seed)

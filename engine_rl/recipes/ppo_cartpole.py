@@ -15,7 +15,7 @@ minibatch steps (``MinibatchSampler``), gradient clipping, optional KL early sto
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
@@ -34,6 +34,7 @@ from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.config_base import RecipeConfig
 from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces
 from engine_rl.recipes.memory_checks import check_sizes
+from engine_rl.recipes.search import discount, network, power_of_two
 from handlers.advantage import GAEAdvantage
 from handlers.gradients import GradClipper
 from handlers.kl_stop import KLEarlyStop
@@ -43,7 +44,7 @@ from handlers.normalization import ObservationNormalizer, RewardClipper, RewardN
 from handlers.schedule import FrameSchedule
 from handlers.validation import ValidationRollout
 
-__all__ = ["PPOConfig", "build_ppo"]
+__all__ = ["PPOConfig", "build_ppo", "ppo_search_space"]
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -143,7 +144,50 @@ def _make_env(
     return env
 
 
-@register("ppo-cartpole", PPOConfig, "PPO on CartPole-v1 (rl-zoo hyperparameters); solves it in 100k frames")
+_PPO_NETS: dict[str, tuple[int, ...]] = {"tiny": (64,), "small": (64, 64), "medium": (256, 256)}
+
+
+def ppo_search_space(trial: Any, config: PPOConfig) -> dict[str, Any]:
+    """``engine-rl tune``'s PPO space: rl-baselines3-zoo's ``sample_ppo_params`` (``rl_zoo3/hyperparams_opt.py``,
+    :mod:`engine_rl.recipes.search`) as this recipe's fields.
+
+    ``steps_per_env`` 2**5..2**12 (rl-zoo's ``n_steps``); ``batch_size`` 2**2..2**10, at most the
+    batch (``num_envs * steps_per_env``, which PPOConfig requires); ``gamma`` 1 - [1e-4, 0.03] and
+    ``gae_lambda`` 1 - [1e-4, 0.1] (log-uniform); ``lr`` [1e-5, 2e-3] (log; the start of the
+    recipe's linear decay to ``lr_end``, where rl-zoo's is constant); ``entropy_coef`` [1e-8, 0.1]
+    (log); ``clip_epsilon`` 0.1, 0.2, 0.3 or 0.4 (the start of its decay to ``clip_epsilon_end``);
+    ``num_epochs`` 1, 5, 10 or 20; ``max_grad_norm`` [0.3, 2]; ``hidden`` tiny (64,), small
+    (64, 64) or medium (256, 256) for the actor and the critic; ``activation`` tanh or relu.
+
+    Examples:
+        >>> import optuna
+        >>> trial = optuna.trial.FixedTrial({
+        ...     "n_steps_pow": 5, "batch_size_pow": 10, "one_minus_gamma": 0.02, "one_minus_gae_lambda": 0.05,
+        ...     "learning_rate": 3e-4, "ent_coef": 1e-3, "clip_range": 0.3, "n_epochs": 10,
+        ...     "max_grad_norm": 0.5, "net_arch": "tiny", "activation_fn": "relu"})
+        >>> space = ppo_search_space(trial, PPOConfig())
+        >>> space["steps_per_env"], space["batch_size"], space["hidden"]  # 1024 > 8 envs x 32 steps: 256
+        (32, 256, (64,))
+    """
+    steps_per_env = power_of_two(trial, "n_steps", 5, 12)
+    batch_size = power_of_two(trial, "batch_size", 2, 10)
+    return {
+        "steps_per_env": steps_per_env,
+        "batch_size": min(batch_size, config.num_envs * steps_per_env),
+        "gamma": discount(trial),
+        "gae_lambda": 1.0 - trial.suggest_float("one_minus_gae_lambda", 1e-4, 0.1, log=True),
+        "lr": trial.suggest_float("learning_rate", 1e-5, 2e-3, log=True),
+        "entropy_coef": trial.suggest_float("ent_coef", 1e-8, 0.1, log=True),
+        "clip_epsilon": trial.suggest_categorical("clip_range", [0.1, 0.2, 0.3, 0.4]),
+        "num_epochs": trial.suggest_categorical("n_epochs", [1, 5, 10, 20]),
+        "max_grad_norm": trial.suggest_float("max_grad_norm", 0.3, 2.0),
+        "hidden": network(trial, _PPO_NETS),
+        "activation": trial.suggest_categorical("activation_fn", ["tanh", "relu"]),
+    }
+
+
+@register("ppo-cartpole", PPOConfig, "PPO on CartPole-v1 (rl-zoo hyperparameters); solves it in 100k frames",
+          search_space=ppo_search_space)
 def build_ppo(cfg: PPOConfig) -> Setup:
     cfg.check_env()
     torch.manual_seed(cfg.seed)

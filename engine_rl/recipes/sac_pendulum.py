@@ -15,7 +15,7 @@ defaults to ``frames_per_batch``) while paying the per-batch engine cost less of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -29,9 +29,10 @@ from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.env_source import recipe_collector, recipe_env
 from engine_rl.recipes.memory_checks import check_sizes
 from engine_rl.recipes.off_policy import OffPolicyConfig, box_spaces, build_off_policy, observation_encoders
+from engine_rl.recipes.search import off_policy_space
 from handlers import TargetNetUpdater
 
-__all__ = ["SACConfig", "build_sac"]
+__all__ = ["SACConfig", "build_sac", "sac_search_space"]
 
 
 @dataclass(kw_only=True)
@@ -67,7 +68,24 @@ class SACConfig(OffPolicyConfig):
         check.finite("target_entropy", optional=True)
 
 
-@register("sac-pendulum", SACConfig, "SAC on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")
+def sac_search_space(trial: Any, config: SACConfig) -> dict[str, Any]:
+    """``engine-rl tune``'s SAC space: rl-baselines3-zoo's ``sample_sac_params`` (``rl_zoo3/hyperparams_opt.py``)
+    as this recipe's fields, all of it shared with TD3's (:func:`~engine_rl.recipes.search.off_policy_space`:
+    gamma, batch_size, lr, train_freq as frames_per_batch and optim_steps_per_batch, tau, hidden).
+
+    Examples:
+        >>> import optuna
+        >>> trial = optuna.trial.FixedTrial({"one_minus_gamma": 0.02, "batch_size_pow": 8, "learning_rate": 3e-4,
+        ...                                  "train_freq": 4, "tau": 0.01, "net_arch": "big"})
+        >>> sorted(sac_search_space(trial, SACConfig()).items())  # doctest: +NORMALIZE_WHITESPACE
+        [('batch_size', 256), ('frames_per_batch', 4), ('gamma', 0.98), ('hidden', (400, 300)), ('lr', 0.0003),
+         ('optim_steps_per_batch', 4), ('tau', 0.01)]
+    """
+    return off_policy_space(trial, config)
+
+
+@register("sac-pendulum", SACConfig, "SAC on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames",
+          search_space=sac_search_space)
 def build_sac(cfg: SACConfig) -> Setup:
     cfg.check_env()
     torch.manual_seed(cfg.seed)

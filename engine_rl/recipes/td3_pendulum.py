@@ -14,7 +14,7 @@ every second one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -28,9 +28,10 @@ from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.env_source import recipe_collector, recipe_env
 from engine_rl.recipes.memory_checks import check_sizes
 from engine_rl.recipes.off_policy import OffPolicyConfig, box_spaces, build_off_policy, observation_encoders
+from engine_rl.recipes.search import off_policy_space
 from handlers import TargetNetUpdater
 
-__all__ = ["TD3Config", "build_td3"]
+__all__ = ["TD3Config", "build_td3", "td3_search_space"]
 
 
 @dataclass(kw_only=True)
@@ -77,7 +78,24 @@ class TD3Config(OffPolicyConfig):
         check.nonnegative("exploration_noise", "target_noise", "noise_clip")
 
 
-@register("td3-pendulum", TD3Config, "TD3 on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames")
+def td3_search_space(trial: Any, config: TD3Config) -> dict[str, Any]:
+    """``engine-rl tune``'s TD3 space: rl-baselines3-zoo's ``sample_td3_params`` (``rl_zoo3/hyperparams_opt.py``)
+    as this recipe's fields: what it shares with SAC's (:func:`~engine_rl.recipes.search.off_policy_space`),
+    and ``exploration_noise`` [0, 0.5] (rl-zoo's ``noise_std``). rl-zoo also picks the noise's kind
+    (Gaussian, Ornstein-Uhlenbeck or none); this recipe's is Gaussian, which a std of 0 turns off.
+
+    Examples:
+        >>> import optuna
+        >>> trial = optuna.trial.FixedTrial({"one_minus_gamma": 0.02, "batch_size_pow": 8, "learning_rate": 3e-4,
+        ...                                  "train_freq": 4, "tau": 0.01, "net_arch": "big", "noise_std": 0.3})
+        >>> td3_search_space(trial, TD3Config())["exploration_noise"]
+        0.3
+    """
+    return {**off_policy_space(trial, config), "exploration_noise": trial.suggest_float("noise_std", 0.0, 0.5)}
+
+
+@register("td3-pendulum", TD3Config, "TD3 on Pendulum-v1 (rl-zoo hyperparameters); about -110 in 20k frames",
+          search_space=td3_search_space)
 def build_td3(cfg: TD3Config) -> Setup:
     cfg.check_env()
     torch.manual_seed(cfg.seed)

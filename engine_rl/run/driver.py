@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,7 @@ def train(
     video: int | None = None,
     video_best: bool = False,
     loggers: tuple[str, ...] | list[str] = (),
+    attach: Callable[[Run], None] | None = None,
 ) -> dict[str, Any]:
     """Train recipe ``name`` with ``config``; write metrics, checkpoints and a summary to ``out_dir``.
 
@@ -159,6 +161,12 @@ def train(
         video: record this many evaluation episodes of the final policy as MP4s (rank 0; the env
             is checked to render before anything is written: :mod:`engine_rl.video`).
         video_best: with ``video``, also record each policy that evaluates better than all before.
+        attach: called with the :class:`~engine_rl.run.stages.Run` once the run's own handlers
+            are attached (after the best checkpoint and early stopping, before the checkpoint is
+            made, so a stateful handler it attaches is saved too), to attach more handlers to
+            ``run.setup.trainer`` or to the evaluator, ``run.validation.evaluator``
+            (``engine-rl tune`` attaches its pruning there). An exception they raise ends the
+            run as any handler's does: the lock released, no summary written.
 
     Raises:
         RunError: before training: ``out_dir`` is empty, a file, or cannot be written; another run
@@ -186,16 +194,18 @@ def train(
         check_recipe_renders(config, owner=f"train: video={video}")
     with locked_run_folder(out_dir, name, config, resume) as out:
         return _train(recipe, Run(name=name, config=config, out=out, options=options,
-                                  rank=idist.get_rank(), world=idist.get_world_size()))
+                                  rank=idist.get_rank(), world=idist.get_world_size()), attach)
 
 
-def _train(recipe: Any, run: Run) -> dict[str, Any]:
+def _train(recipe: Any, run: Run, attach: Callable[[Run], None] | None = None) -> dict[str, Any]:
     """:func:`train` once the folder is checked and locked: the stages of :mod:`engine_rl.run.stages`."""
     prepare_folder(run)  # the checkpoint to resume from; a fresh run's config.json
     build_on_rank(run, recipe)  # this rank's seeds and envs
     attach_bookkeeping(run)  # episode stats, throughput, metrics log, progress bar
     attach_evaluation_extras(run)  # best checkpoint, early stopping
     attach_videos(run)  # final (and best) videos, recorded before the final checkpoint
+    if attach is not None:
+        attach(run)  # the caller's handlers (engine-rl tune's pruning)
     make_checkpoint(run)
     if run.resume_from is not None:
         resume_from_checkpoint(run)  # restore; cut the log back; rotate; drop an untracked best

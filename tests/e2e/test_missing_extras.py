@@ -1,6 +1,6 @@
-"""Without an extra (ale-py, mujoco): listing recipes, ``--help`` and training every recipe whose
+"""Without an extra (ale-py, mujoco, optuna): listing recipes, ``--help`` and training every recipe whose
 extra is installed work; training (or evaluating) a recipe whose env needs the missing extra is one
-line naming it, before anything is written to ``--out``.
+line naming it, before anything is written to ``--out``; so is ``engine-rl tune`` without optuna.
 
 Each case runs ``python -m engine_rl`` in a new process where ``ale_py`` or ``mujoco`` cannot be
 imported: a ``sitecustomize`` on ``PYTHONPATH`` puts first on ``sys.meta_path`` a finder raising
@@ -83,6 +83,7 @@ def test_gymnasium_behaves_as_without_the_blocked_package(blocked, expected, tmp
 
 ATARI = "needs the Atari extra: pip install engine_rl[atari] (ale-py)"
 MUJOCO = "needs the MuJoCo extra: pip install engine_rl[mujoco]"
+TUNE = "tune needs the [tune] extra: pip install 'engine_rl[tune]' (optuna, optuna-integration, matplotlib)"
 SHORT_DQN = ["train", "dqn-cartpole", "--frames", "512", "--set", "learning_starts=256", "--set", "eval_episodes=2",
              "--no-progress"]
 
@@ -119,6 +120,11 @@ CASES = {
                                                               "--out", "{out}"], 2,
                                                 f"engine-rl: error: SACConfig: env_id 'Ant-v5' {MUJOCO}\n"),
     "neither: recipes": (("ale_py", "mujoco"), ["recipes"], 0, ""),
+    "no optuna: recipes": (("optuna", "optuna_integration"), ["recipes"], 0, ""),
+    "no optuna: train dqn-cartpole": (("optuna", "optuna_integration"), [*SHORT_DQN, "--out", "{out}"], 0, ""),
+    "no optuna: tune dqn-cartpole": (("optuna", "optuna_integration"),
+                                     ["tune", "dqn-cartpole", "--trials", "2", "--out", "{out}"], 2,
+                                     f"engine-rl: error: {TUNE}; No module named 'optuna_integration'\n"),
 }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from ignite.engine import Events
 
@@ -25,7 +26,7 @@ from engine_rl.engine import attached_objects
 from engine_rl.recipes import RECIPES, Recipe
 from handlers import ValidationRollout
 
-__all__ = ["peaking_at", "scored_by_frames"]
+__all__ = ["peaking_at", "scored_by", "scored_by_frames"]
 
 
 def peaking_at(peak: int, *, per: int = 1024) -> Callable[[int], float]:
@@ -46,6 +47,13 @@ def peaking_at(peak: int, *, per: int = 1024) -> Callable[[int], float]:
 def scored_by_frames(name: str, score: Callable[[int], float]) -> Recipe:
     """The registered recipe ``name``, with each evaluation's ``return_mean`` replaced by
     ``score(trainer.state.frames)`` (its other figures stay measured)."""
+    return scored_by(name, lambda config, frames: score(frames))
+
+
+def scored_by(name: str, score: Callable[[Any, int], float]) -> Recipe:
+    """The registered recipe ``name``, with each evaluation's ``return_mean`` replaced by
+    ``score(config, trainer.state.frames)``, ``config`` being the one the recipe was built with
+    (a tuning test scores its trials by their seeds); its other figures stay measured."""
     recipe = RECIPES[name]
 
     def build(config):
@@ -54,7 +62,7 @@ def scored_by_frames(name: str, score: Callable[[int], float]) -> Recipe:
         [validation] = [o for o in attached_objects(trainer) if isinstance(o, ValidationRollout)]
 
         def set_return(evaluator):  # before the runner's best checkpoint and early stopping, attached later
-            evaluator.state.metrics["return_mean"] = score(int(trainer.state.frames))
+            evaluator.state.metrics["return_mean"] = score(config, int(trainer.state.frames))
 
         validation.evaluator.add_event_handler(Events.COMPLETED, set_return)
         return setup
