@@ -148,6 +148,11 @@ def _mlflow_uri(target: str | None, run_dir: Path) -> str:
     return f"sqlite:///{(folder / 'mlflow.db').resolve()}"
 
 
+#: MLflow's HTTP retries, unless the user set them: about 10 s before a server counts as gone.
+_MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+
+
 def _mlflow(spec, run_dir, experiment, run_name, params, previous, resumed_frames):
     import mlflow
     from ignite.handlers.mlflow_logger import MLflowLogger
@@ -155,6 +160,11 @@ def _mlflow(spec, run_dir, experiment, run_name, params, previous, resumed_frame
     for name in ("alembic", "mlflow"):  # schema migrations and store notices, at INFO on stderr
         logging.getLogger(name).setLevel(logging.WARNING)
     uri = (previous or {}).get("target") if spec.target is None and previous else _mlflow_uri(spec.target, run_dir)
+    if uri.startswith(("http://", "https://")):
+        # MLflow's defaults retry a dead server for minutes, in the training thread: a few seconds
+        # here, then the run stops (at start) or drops the tracker with a warning (mid-run)
+        for name, value in _MLFLOW_HTTP.items():
+            os.environ.setdefault(name, value)
     mlflow.set_tracking_uri(uri)
     if mlflow.active_run() is not None:
         mlflow.end_run()

@@ -31,3 +31,19 @@ def test_an_mlflow_uri_no_store_takes_is_one_line(tmp_path):
     message = str(err.value)
     assert message.startswith("--logger mlflow: cannot open it at bogus://nowhere: ") and "\n" not in message
     assert "bogus" in message.split(": ", 3)[-1]
+
+
+def test_an_mlflow_server_that_does_not_answer_is_one_line_in_seconds(tmp_path, monkeypatch):
+    """MLflow's own HTTP defaults retry for about 4 minutes (measured here) before giving up."""
+    pytest.importorskip("mlflow")
+    import time
+
+    from engine_rl.trackers import _MLFLOW_HTTP
+
+    for name in _MLFLOW_HTTP:  # unset, and restored as they were after the test
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
+    start = time.monotonic()
+    with pytest.raises(TrackerError, match=r"^--logger mlflow: cannot open it at http://127.0.0.1:1: MlflowException: "):
+        open_tracker(TrackerSpec("mlflow", "http://127.0.0.1:1"), tmp_path, experiment="e", run_name="r", params={})
+    assert time.monotonic() - start < 60
