@@ -88,7 +88,7 @@ class NStepTransitions:
     def attach(self, engine: Engine, *, event: Any = RLEvents.BATCH_COLLECTED, every: int = 1) -> NStepTransitions:
         """Call :meth:`extend` on ``event``; returns this handler (its ``builder`` for inspection)."""
         self.handle: RemovableEventHandle = add_handler(
-            engine, self, event, every, owner="NStepTransitions", exclusive=self.buffer,
+            engine, self, event, every, owner="NStepTransitions", exclusive=self.buffer, role="ReplayExtender",
             twice="every batch's transitions would be stored twice")
         return self
 

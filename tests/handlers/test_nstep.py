@@ -131,3 +131,23 @@ def test_keys_add_the_discount_and_a_second_attach_on_the_buffer_is_refused():
         NStepTransitions(buffer, n=0, gamma=0.9, num_envs=NUM_ENVS)
     with pytest.raises(TypeError, match="ReplayExtender: argument buffer must be a replay buffer"):
         NStepTransitions(object(), n=2, gamma=0.9, num_envs=NUM_ENVS)
+
+
+def test_a_replay_extender_and_n_step_transitions_on_one_buffer_refuse_each_other():
+    from handlers import ReplayExtender
+
+    trainer, _ = _trainer(_batches(1))
+    buffer = ReplayBuffer(100, seed=0)
+    handle = ReplayExtender(buffer).attach(trainer)
+    with pytest.raises(ValueError, match="NStepTransitions.attach: this engine already has a ReplayExtender on this "
+                                         "ReplayBuffer"):
+        NStepTransitions(buffer, n=2, gamma=0.9, num_envs=NUM_ENVS).attach(trainer)
+    handle.remove()
+    NStepTransitions(buffer, n=2, gamma=0.9, num_envs=NUM_ENVS).attach(trainer)
+    with pytest.raises(ValueError, match=r"ReplayExtender.attach: this engine already has a NStepTransitions on this "
+                                         r"ReplayBuffer \(every batch would be stored twice\)"):
+        ReplayExtender(buffer).attach(trainer)
+    other = ReplayBuffer(100)
+    ReplayExtender(other).attach(trainer)  # another buffer
+    trainer.run(max_epochs=1)
+    assert len(other) == NUM_ENVS * T and 0 < len(buffer) <= NUM_ENVS * T
