@@ -113,17 +113,17 @@ class NStepBuilder:
 
         env, start = emit.nonzero(as_tuple=True)
         last = start + length[env, start] - 1
-        out = frames[env, start]
+        out = frames.exclude("next")[env, start]
         out.set("next", frames["next"][env, last])
         out.set(("next", "reward"), reward_sum[env, start].reshape(out["next", "reward"].shape))
         not_terminated = (~terminated[env, last]).to(reward.dtype)
         out.set(DISCOUNT_KEY, powers[length[env, start]].to(reward.dtype) * not_terminated)
 
-        # what waits: of the last n-1 frames, those with no episode end from them to the end
+        # what waits: the frames whose windows are open (no episode end up to the last frame), all
+        # among the last n-1 frames, which the next windows read
         keep = steps - (n - 1)
         self._tail = frames[:, keep:].clone()
-        ends_after = done.flip(1).cumsum(1).flip(1) > 0
-        self._open = (candidate & ~emit & ~ends_after)[:, keep:].clone()
+        self._open = (candidate & ~emit)[:, keep:].clone()
         return out
 
     def _check(self, batch: TensorDictBase) -> TensorDictBase:
