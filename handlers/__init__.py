@@ -9,6 +9,7 @@ thin out their calls; see each one's ``attach``); it is also callable on the eng
 handler                       default event                        does
 ============================  ===================================  ==============================
 :class:`ReplayExtender`       ``RLEvents.BATCH_COLLECTED``         ``buffer.extend(state.batch)``
+:class:`NStepTransitions`     ``RLEvents.BATCH_COLLECTED``         n-step rows into the buffer
 :class:`ReplaySampler`        ``RLEvents.SAMPLE_REQUESTED``        ``state.sample = buffer.sample``
 :class:`GradClipper`          ``RLEvents.BACKWARD_COMPLETED``      clip; ``metrics["grad_norm"]``; stop on NaN/Inf
 :class:`PriorityUpdater`      ``RLEvents.OPTIM_STEP_DONE``         priorities from ``td_error``
@@ -41,6 +42,7 @@ from handlers.kl_stop import KLEarlyStop
 from handlers.metrics_log import MetricsEvents, MetricsLogger
 from handlers.minibatch import MinibatchSampler
 from handlers.nan_guard import NaNGuard, NonFiniteError
+from handlers.nstep import NStepTransitions
 from handlers.normalization import ObservationNormalizer, RewardClipper, RewardNormalizer
 from handlers.trackers import TrackerHandler
 from handlers.progress import FramesProgressBar
@@ -57,6 +59,7 @@ __all__ = [
     "KLEarlyStop",
     "MinibatchSampler",
     "NaNGuard",
+    "NStepTransitions",
     "NonFiniteError",
     "ObservationNormalizer",
     "RewardClipper",

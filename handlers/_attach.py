@@ -14,8 +14,8 @@ from engine_rl.checks import positive_int
 
 __all__ = ["add_handler"]
 
-#: Per engine, the exclusive registrations made by ``add_handler``: ``(owner, exclusive, callback)``.
-_EXCLUSIVE: weakref.WeakKeyDictionary[Engine, list[tuple[str, Any, Callable]]] = weakref.WeakKeyDictionary()
+#: Per engine, the exclusive registrations made by ``add_handler``: ``(owner, role, exclusive, callback)``.
+_EXCLUSIVE: weakref.WeakKeyDictionary[Engine, list[tuple[str, str, Any, Callable]]] = weakref.WeakKeyDictionary()
 
 
 def add_handler(
@@ -27,6 +27,7 @@ def add_handler(
     owner: str,
     exclusive: Any = None,
     twice: str = "its work would be done twice",
+    role: str | None = None,
 ) -> RemovableEventHandle:
     """``engine.add_event_handler(event(every=every), callback)``; ``every=1`` keeps ``event`` as given.
 
@@ -39,6 +40,9 @@ def add_handler(
             second (the same handler again, or another ``owner`` on the same object) raises a
             ``ValueError`` naming ``owner``; one removed from the engine no longer counts.
         twice: what a second one would do wrong, for that error.
+        role: what the handler does to ``exclusive`` (default: ``owner``); handlers of different
+            classes with one role exclude each other too (``ReplayExtender`` and ``NStepTransitions``
+            both store batches into a buffer, role ``"ReplayExtender"``).
 
     Examples:
         >>> from ignite.engine import Events
@@ -64,20 +68,20 @@ def add_handler(
             )
         event = event(every=every)
     if exclusive is not None:
-        _claim(engine, callback, owner=owner, exclusive=exclusive, twice=twice)
+        _claim(engine, callback, owner=owner, role=owner if role is None else role, exclusive=exclusive, twice=twice)
     return engine.add_event_handler(event, callback)
 
 
-def _claim(engine: Engine, callback: Callable, *, owner: str, exclusive: Any, twice: str) -> None:
-    """Record that ``owner`` drives ``exclusive`` on ``engine``; a ``ValueError`` if one already does."""
-    claims = [c for c in _EXCLUSIVE.get(engine, []) if engine.has_event_handler(c[2])]  # drop removed ones
-    for name, obj, attached in claims:
-        if name == owner and obj is exclusive:
-            article = "an" if owner[0] in "AEIOU" else "a"
+def _claim(engine: Engine, callback: Callable, *, owner: str, role: str, exclusive: Any, twice: str) -> None:
+    """Record that ``owner`` drives ``exclusive`` in ``role`` on ``engine``; a ``ValueError`` if one already does."""
+    claims = [c for c in _EXCLUSIVE.get(engine, []) if engine.has_event_handler(c[3])]  # drop removed ones
+    for name, claimed, obj, attached in claims:
+        if claimed == role and obj is exclusive:
+            article = "an" if name[0] in "AEIOU" else "a"
             where = (f"this {owner} is already attached to this engine" if attached == callback
-                     else f"this engine already has {article} {owner} on this {type(exclusive).__name__}")
+                     else f"this engine already has {article} {name} on this {type(exclusive).__name__}")
             raise ValueError(
                 f"{owner}.attach: {where} ({twice}); attach it once, or remove the first (its handle's "
                 ".remove()) before attaching again"
             )
-    _EXCLUSIVE[engine] = [*claims, (owner, exclusive, callback)]
+    _EXCLUSIVE[engine] = [*claims, (owner, role, exclusive, callback)]

@@ -8,9 +8,12 @@ Examples:
     ...     "observation": torch.zeros(4, 3), "action": torch.zeros(4, 1),
     ...     ("next", "observation"): torch.zeros(4, 3), ("next", "reward"): torch.ones(4),
     ...     ("next", "terminated"): torch.tensor([False, False, True, True])}, [4])
-    >>> obs, action, next_obs, reward, not_terminated = read_transition(sample, lambda a: a, consumer="demo")
-    >>> reward.shape, not_terminated.tolist()
-    (torch.Size([4]), [1.0, 1.0, 0.0, 0.0])
+    >>> obs, action, next_obs, reward, discount = read_transition(sample, lambda a: a, gamma=0.5, consumer="demo")
+    >>> reward.shape, discount.tolist()
+    (torch.Size([4]), [0.5, 0.5, 0.0, 0.0])
+    >>> sample["next", "discount"] = torch.tensor([0.125, 0.0, 0.25, 0.0])  # n-step rows bring their own
+    >>> read_transition(sample, lambda a: a, gamma=0.5, consumer="demo")[4].tolist()
+    [0.125, 0.0, 0.25, 0.0]
     >>> loss = q_regression(QEnsemble(3, 1, (8,)), obs, action, torch.zeros(4), sample)
     >>> loss.shape, sample["td_error"].shape
     (torch.Size([]), torch.Size([4]))
@@ -33,13 +36,15 @@ TRANSITION_KEYS = ["observation", "action", ("next", "observation"), ("next", "r
 
 
 def read_transition(
-    sample: TensorDictBase, unscale: Callable[[torch.Tensor], torch.Tensor], *, consumer: str
+    sample: TensorDictBase, unscale: Callable[[torch.Tensor], torch.Tensor], *, gamma: float, consumer: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(obs, action, next_obs, reward, not_terminated)`` of a replay sample.
+    """``(obs, action, next_obs, reward, discount)`` of a replay sample.
 
     ``action`` is ``unscale(sample["action"])`` (env bounds to the critics' ``[-1, 1]``);
-    ``reward`` and ``not_terminated`` (``1 - terminated``, in the reward's dtype) are shaped
-    like the batch. A missing key raises a
+    ``reward`` and ``discount``, the factor of the bootstrap value, are shaped like the batch:
+    ``discount`` is the sample's ``("next", "discount")`` where it has one (n-step rows,
+    :class:`handlers.NStepTransitions`: ``gamma^k``, 0 after a terminal), else
+    ``gamma * (1 - terminated)`` in the reward's dtype. A missing key raises a
     ``KeyError`` naming it, the sample's keys and ``consumer``.
     """
     try:
@@ -48,11 +53,13 @@ def read_transition(
         next_obs = sample["next", "observation"]
         batch = action.shape[:-1]  # (an observation may be an image or a Dict's TensorDict)
         reward = sample["next", "reward"].reshape(batch)
-        not_terminated = (sample["next", "terminated"].reshape(batch) == 0).to(reward.dtype)
+        discount = sample.get(("next", "discount"), None)
+        if discount is None:
+            discount = gamma * (sample["next", "terminated"].reshape(batch) == 0).to(reward.dtype)
     except KeyError:
         require_keys(sample, TRANSITION_KEYS, consumer=consumer)  # raises, naming the missing keys
         raise
-    return obs, action, next_obs, reward, not_terminated
+    return obs, action, next_obs, reward, discount.reshape(batch)
 
 
 def q_regression(

@@ -57,7 +57,10 @@ class DQNLoss(nn.Module):
     (Mnih et al., 2015). Only ``terminated`` stops bootstrapping: a time-limit truncation still
     bootstraps from the true final observation that the collector stores in
     ``("next", "observation")``. Importance weights ``w`` (``"weight"``, from prioritized
-    replay) scale each item's loss; without them ``w = 1``.
+    replay) scale each item's loss; without them ``w = 1``. An n-step sample
+    (:class:`handlers.NStepTransitions`) carries the discount of its bootstrap value in
+    ``("next", "discount")`` (``gamma^k``, 0 after a terminal): then ``y = r + discount *
+    Q_target(s', a*)`` with ``r`` the window's discounted reward sum.
 
     Args:
         qnet: the online Q network, observations ``[B, ...]`` to Q values ``[B, num_actions]``.
@@ -115,7 +118,10 @@ class DQNLoss(nn.Module):
             raise
         action = action.long().reshape(-1, 1)
         reward = reward.float().reshape(-1)
-        not_terminated = (terminated.reshape(-1) == 0).float()  # bool or 0/1 flags
+        discount = sample.get(("next", "discount"), None)  # n-step rows: gamma^k, 0 after a terminal
+        if discount is None:
+            discount = self.gamma * (terminated.reshape(-1) == 0).float()  # bool or 0/1 flags
+        discount = discount.reshape(-1)
 
         q_taken = self.qnet(obs).gather(-1, action).squeeze(-1)
         with torch.no_grad():
@@ -125,8 +131,8 @@ class DQNLoss(nn.Module):
             else:
                 next_action = q_next_target.argmax(dim=-1, keepdim=True)
             next_value = q_next_target.gather(-1, next_action).squeeze(-1)
-            # TD target: y = r + gamma * (1 - terminated) * Q_target(s', a*)
-            td_target = reward + self.gamma * not_terminated * next_value
+            # TD target: y = r + gamma * (1 - terminated) * Q_target(s', a*)   (discount = gamma * (1 - terminated))
+            td_target = reward + discount * next_value
 
         td_error = q_taken - td_target
         sample.set("td_error", td_error.detach())

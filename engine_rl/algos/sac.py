@@ -16,7 +16,8 @@ parameter set its own optimizer:
 
 All three use the same ``alpha = exp(log_alpha)`` (detached), read before the step, as
 Stable-Baselines3 does. Only ``terminated`` stops bootstrapping: a time-limit truncation
-bootstraps from the true final observation. The target critics are a plain module that
+bootstraps from the true final observation. n-step rows (:class:`handlers.NStepTransitions`)
+bring their own ``discount = gamma^k`` (0 after a terminal) in place of ``gamma * (1 - terminated)``. The target critics are a plain module that
 :class:`handlers.TargetNetUpdater` Polyak-averages on ``RLEvents.OPTIM_STEP_DONE``.
 """
 
@@ -198,14 +199,15 @@ class SACLoss(nn.Module):
         return float(self.log_alpha.detach().exp())
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
-        obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="SACLoss")
+        obs, action, next_obs, reward, discount = read_transition(
+            sample, self.actor.unscale, gamma=self.gamma, consumer="SACLoss")
         alpha = self.log_alpha.detach().exp()
 
         with torch.no_grad():
             next_action, next_log_prob = self.actor.sample(next_obs)
             next_q = self.target_critic(next_obs, next_action).amin(0)
             # soft TD target: y = r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))
-            target = reward + self.gamma * not_terminated * (next_q - alpha * next_log_prob)
+            target = reward + discount * (next_q - alpha * next_log_prob)  # discount = gamma * (1 - terminated)
         loss_qvalue = 0.5 * q_regression(self.critic, obs, action, target, sample)
 
         # the actor: a~ ~ pi(.|s) reparameterized, the critics' parameters held fixed

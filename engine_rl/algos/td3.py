@@ -11,7 +11,8 @@ need no engine support:
   run on the same steps as the actor update, as in the paper and Stable-Baselines3.
 - **Target policy smoothing.** The critics' target uses the target actor's action plus clipped
   Gaussian noise: ``a' = clip(mu'(s') + clip(N(0, target_noise), -noise_clip, noise_clip), -1, 1)``,
-  ``y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')``.
+  ``y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')`` (n-step rows, :class:`handlers.NStepTransitions`,
+  bring their own ``discount = gamma^k``, 0 after a terminal, in place of ``gamma * (1 - terminated)``).
 
 The critics' loss is ``sum_i mean((Q_i(s, a) - y)^2)`` and the actor's ``-mean(Q_1(s, mu(s)))``
 with the critics' parameters detached (only the first critic, as in the paper). Actions are
@@ -170,7 +171,8 @@ class TD3Loss(nn.Module):
         self.register_buffer("updates", torch.zeros((), dtype=torch.int64))
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
-        obs, action, next_obs, reward, not_terminated = read_transition(sample, self.actor.unscale, consumer="TD3Loss")
+        obs, action, next_obs, reward, discount = read_transition(
+            sample, self.actor.unscale, gamma=self.gamma, consumer="TD3Loss")
         self.updates += 1
 
         with torch.no_grad():
@@ -178,8 +180,8 @@ class TD3Loss(nn.Module):
             next_action = self.target_actor.unit_action(next_obs)
             noise = (torch.randn_like(next_action) * self.target_noise).clamp(-self.noise_clip, self.noise_clip)
             next_q = self.target_critic(next_obs, (next_action + noise).clamp(-1.0, 1.0)).amin(0)
-            # TD target: y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')
-            target = reward + self.gamma * not_terminated * next_q
+            # TD target: y = r + gamma * (1 - terminated) * min_i Q'_i(s', a')   (discount = gamma * (1 - terminated))
+            target = reward + discount * next_q
         out = {"loss_qvalue": q_regression(self.critic, obs, action, target, sample)}
 
         if int(self.updates) % self.policy_delay == 0:  # delayed policy update

@@ -169,12 +169,18 @@ class ReplayConfig(RecipeConfig):
     replay_device: str = "auto"
     """Where the replay rows live: 'auto' (the training device), 'cpu', 'cuda' or 'cuda:N'; samples
     move to the training device."""
+    n_step: int = 1
+    """Frames per replay transition (n-step returns, ``handlers.NStepTransitions``): each row holds
+    the discounted reward of n frames of one env copy, the observation to bootstrap from n frames on
+    and the discount to apply (gamma^n). A terminal inside the window ends the sum and the bootstrap; a
+    truncation ends the sum and bootstraps from the true final observation. 1 (rl-zoo's and
+    Stable-Baselines3's default): one-step transitions; Rainbow (Hessel et al., 2018) uses 3."""
 
     def __post_init__(self) -> None:
         """Checks the shared fields and these; the subclass checks its own after."""
         super().__post_init__()
         check = FieldChecks(self)
-        check.positive_ints("frames_per_batch", "buffer_size")
+        check.positive_ints("frames_per_batch", "buffer_size", "n_step")
         check.nonnegative_ints("learning_starts")
         check.devices("replay_device")
         if self.frames_per_batch % self.num_envs:

@@ -42,6 +42,7 @@ from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffe
 from handlers import (
     GradClipper,
     NaNGuard,
+    NStepTransitions,
     PriorityUpdater,
     ReplayExtender,
     ReplaySampler,
@@ -146,6 +147,11 @@ def _check_async(cfg: DQNConfig, device: torch.device, replay_device: torch.devi
             "DQNConfig: async_collection writes the replay from its worker process, so clip_rewards and "
             f"replay_storage 'memmap' do not apply (got clip_rewards={cfg.clip_rewards}, replay_storage="
             f"{cfg.replay_storage!r}); drop async_collection"
+        )
+    if cfg.n_step > 1:
+        raise ValueError(
+            f"DQNConfig: async_collection writes one-step transitions into the replay from its worker process, "
+            f"so n_step {cfg.n_step} does not apply; drop async_collection or set n_step=1"
         )
     if "cuda" in (device.type, replay_device.type):
         raise ValueError(
@@ -301,7 +307,7 @@ def _attach_learning(
     buffer: ReplayBuffer | SharedReplayBuffer, collector: Any, explore: EpsilonGreedy, device: torch.device,
 ) -> None:
     """The handlers of a DQN update, in the order they must run: the NaN guard, the learning-rate
-    schedule, weight sync or reward clipping and replay storage, sampling, priorities, gradient
+    schedule, weight sync or reward clipping and replay storage (n-step rows with ``n_step > 1``), sampling, priorities, gradient
     clipping, the target network."""
     # first: it checks the batch before replay stores it, and the loss (and gradients) before the
     # clipper; with "stop" the clipper checks the gradients, from the norm it computes anyway
@@ -317,7 +323,10 @@ def _attach_learning(
     else:
         if cfg.clip_rewards:  # before replay stores the batch; the episode returns are already summed
             RewardClipper().attach(trainer)
-        ReplayExtender(buffer).attach(trainer)
+        if cfg.n_step > 1:  # each env copy's frames folded into n-step rows; state.batch stays as collected
+            NStepTransitions(buffer, n=cfg.n_step, gamma=cfg.gamma, num_envs=cfg.num_envs).attach(trainer)
+        else:
+            ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size, device=device).attach(trainer)
     if cfg.prioritized:
         PriorityUpdater(buffer).attach(trainer)

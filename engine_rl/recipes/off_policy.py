@@ -26,7 +26,7 @@ from engine_rl.recipes.checks import FieldChecks
 from engine_rl.recipes.config_base import ReplayConfig
 from engine_rl.recipes.env_source import env_label, recipe_env, recipe_spaces
 from engine_rl.replay import ReplayBuffer
-from handlers import NaNGuard, ReplayExtender, ReplaySampler, ValidationRollout
+from handlers import NaNGuard, NStepTransitions, ReplayExtender, ReplaySampler, ValidationRollout
 
 __all__ = ["OffPolicyConfig", "box_spaces", "build_off_policy", "observation_encoders"]
 
@@ -120,8 +120,9 @@ def build_off_policy(
     """The part of an off-policy recipe after its networks: replay, trainer, evaluation.
 
     A uniform :class:`~engine_rl.replay.ReplayBuffer` of ``min(buffer_size, total_frames)`` rows
-    filled on every batch and sampled ``batch_size`` rows per optim step; the loss under the
-    config's ``compile``; ``steps_per_batch`` optim steps per batch once
+    filled on every batch (``n_step`` frames per row: :class:`~handlers.NStepTransitions`) and
+    sampled ``batch_size`` rows per optim step; the loss under the config's ``compile``;
+    ``steps_per_batch`` optim steps per batch once
     ``learning_starts`` frames are in; a deterministic evaluation every ``eval_every`` batches.
     The recipe moves its loss and exploration to ``config_devices(cfg)[0]`` before building the optimizers
     and attaches its target-network updaters to the returned ``Setup.trainer``.
@@ -138,7 +139,10 @@ def build_off_policy(
     )
     # first: it checks the batch before replay stores it; the loss's parameters name the gradients
     NaNGuard(parameters=loss, nonfinite=cfg.nonfinite).attach(trainer)
-    ReplayExtender(buffer).attach(trainer)
+    if cfg.n_step > 1:  # each env copy's frames folded into n-step rows; state.batch stays as collected
+        NStepTransitions(buffer, n=cfg.n_step, gamma=cfg.gamma, num_envs=cfg.num_envs).attach(trainer)
+    else:
+        ReplayExtender(buffer).attach(trainer)
     ReplaySampler(buffer, cfg.batch_size, device=device).attach(trainer)
 
     eval_env = recipe_env(cfg, min(cfg.eval_episodes, 16), device, evaluation=True)

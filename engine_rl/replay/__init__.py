@@ -4,10 +4,12 @@
 choose rows; :class:`SumTree` (and :class:`MinTree`) hold priorities; :class:`TensorStorage`
 keeps rows in memory or in memory-mapped files. :class:`SharedReplayBuffer` is a buffer in
 shared memory that another process writes (through a :class:`SharedWriter`) while this one
-samples: the :class:`~engine_rl.collectors.AsyncCollector`'s.
+samples: the :class:`~engine_rl.collectors.AsyncCollector`'s. :class:`NStepBuilder` folds each
+env copy's frames into n-step transitions (``handlers.NStepTransitions`` stores them).
 """
 
 from engine_rl.replay.buffer import ReplayBuffer
+from engine_rl.replay.nstep import NStepBuilder
 from engine_rl.replay.samplers import PrioritizedSampler, Sampler, UniformSampler
 from engine_rl.replay.shared import SharedReplayBuffer, SharedWriter
 from engine_rl.replay.storage import TensorStorage
@@ -15,6 +17,7 @@ from engine_rl.replay.sumtree import MinTree, SumTree
 
 __all__ = [
     "MinTree",
+    "NStepBuilder",
     "PrioritizedSampler",
     "ReplayBuffer",
     "Sampler",

@@ -71,6 +71,14 @@ ROWS = [
     ("--seed 2**63", ["train", "td3-pendulum", "--seed", str(2**63), *CPU], 2,
      "engine-rl: error: TD3Config: seed must be an int in [0, 2**63) (torch takes seeds below 2**64; env copies and "
      "ranks add to a seed), got 9223372036854775808\n"),
+    ("n_step=0", ["train", "dqn-cartpole", "--set", "n_step=0", *CPU], 2,
+     "engine-rl: error: DQNConfig: n_step must be a positive int, got 0\n"),
+    ("td3 n_step=-1", ["train", "td3-pendulum", "--set", "n_step=-1", *CPU], 2,
+     "engine-rl: error: TD3Config: n_step must be a positive int, got -1\n"),
+    ("n_step=3 with async_collection", ["train", "dqn-cartpole", "--set", "n_step=3", "--set", "async_collection=true",
+                                       *CPU], 2,
+     "engine-rl: error: DQNConfig: async_collection writes one-step transitions into the replay from its worker "
+     "process, so n_step 3 does not apply; drop async_collection or set n_step=1\n"),
     ("eval --seed 2**64", ["eval", "{tmp}/run/inference.pt", "--seed", str(2**64)], 2,
      "engine-rl: error: --seed must be below 2**63 (torch takes seeds below 2**64; env copies add to a seed), "
      "got 18446744073709551616\n"),

@@ -1,6 +1,6 @@
 """Exact resume: 2N batches straight == N batches, checkpoint, a new process, load, N more (bitwise, CPU).
 
-Seeds: 1 to 10, one per case, in the arguments below, the suite's seed offset added (support.seeds).
+Seeds: 1 to 11, one per case, in the arguments below, the suite's seed offset added (support.seeds).
 """
 
 import dataclasses
@@ -60,8 +60,13 @@ ARGS = {
     "sac-mujoco log_every": ["--frames", "600", "--seed", seed_arg(10), "--set", "env_kwargs={'max_episode_steps': 50}",
                              "--set", "learning_starts=200", "--set", "hidden=(16,)", "--set", "log_every_frames=40",
                              "--set", "eval_every_frames=200", "--set", "eval_episodes=1", "--checkpoint-every", "100"],
+    # n-step rows (3 frames) into a prioritized replay, paused with every env copy's windows open
+    "dqn-cartpole n_step": ["--frames", "2048", "--seed", seed_arg(11), "--set", "n_step=3", "--set", "prioritized=true",
+                            "--set", "learning_starts=512", "--set", "optim_steps_per_batch=8", "--set", "hidden=(32,)",
+                            "--set", "buffer_size=1024", "--set", "num_envs=4", "--set", "eval_every=2",
+                            "--set", "eval_episodes=2", "--checkpoint-every", "2"],
 }
-HALF = {"dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512, "dqn-cartpole Dict": 512,
+HALF = {"dqn-cartpole n_step": 1024, "dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512, "dqn-cartpole Dict": 512,
         "sac-mujoco log_every": 300,
         "ppo-cartpole make_env": 512, "sac-pendulum Dict": 300, "dqn-cartpole torch": 1024, "sac-pendulum torch": 300}
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports support.user_envs
@@ -88,6 +93,8 @@ def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(case, tm
     paused = train_cli(recipe, tmp_path / "split", *args, "--until-frames", str(half), capsys=capsys)
     assert paused["paused"] and paused["frames"] == half
     assert paused["checkpoint"].endswith(f"checkpoint_{half}.pt")
+    if case == "dqn-cartpole n_step":  # paused mid-window: frames of open windows wait in the checkpoint
+        assert torch.load(paused["checkpoint"], weights_only=True)["trainer.NStepTransitions"]["open"].any()
     # config.json is data: the code it names (make_env, a module-prefixed env_id) runs when named again
     named_again = [part for flag, value in zip(args, args[1:])
                    if flag == "--set" and value.startswith(("make_env=", "env_id=support.")) for part in (flag, value)]
@@ -118,6 +125,9 @@ def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(case, tm
         assert train_frames == sorted(set(range(40, 601, 40)) | set(range(50, 601, 50)))
     if case == "dqn-cartpole Dict":
         assert a["replay"]["storage"]["data"]["observation"]["camera"].dtype == torch.uint8
+    if case == "dqn-cartpole n_step":  # n-step rows stored: bootstraps discounted by gamma^3, terminals by 0
+        discount = a["replay"]["storage"]["data"]["next"]["discount"]
+        assert sorted(discount.unique().tolist()) == pytest.approx([0.0, 0.99**3])
     if case == "dqn-cartpole":
         assert a["replay"]["storage"]["size"] == 2048 and a["replay"]["sampler"]["priorities"].dtype == torch.float64
 

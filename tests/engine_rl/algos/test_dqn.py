@@ -118,3 +118,15 @@ def test_non_bool_terminated_flags_mean_the_same_as_bools(dtype):
     as_other["next", "terminated"] = as_bool["next", "terminated"].to(dtype)
     assert torch.equal(loss_fn(as_other)["loss"], loss_fn(as_bool)["loss"])
     torch.testing.assert_close(as_other["td_error"], torch.tensor([1.0 - 16.0, 0.5 - 2.0]))
+
+
+def test_an_n_step_sample_bootstraps_with_its_own_discount():
+    """``("next", "discount")`` (gamma^k, 0 after a terminal) replaces ``gamma * (1 - terminated)``."""
+    online = TableQ([[1.0, 2.0], [3.0, 0.5], [0.0, 9.0]])
+    target = TableQ([[10.0, 20.0], [30.0, 40.0], [50.0, 60.0]])
+    loss_fn = DQNLoss(online, target, gamma=0.5, double=True, loss="mse")
+    td = _sample(term=(False, False))
+    td["next", "discount"] = torch.tensor([0.125, 0.0])  # a 3-step window; one a terminal ended
+    loss_fn(td)
+    # item 0: y = 1 + 0.125 * target Q(s1, a0) = 1 + 0.125 * 30; item 1: y = 2 (terminal: no bootstrap)
+    torch.testing.assert_close(td["td_error"], torch.tensor([1.0 - (1.0 + 0.125 * 30.0), 0.5 - 2.0]))

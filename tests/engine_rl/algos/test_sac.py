@@ -266,3 +266,14 @@ def test_trainer_with_three_optimizers_and_soft_target_updates():
     assert loss_fn.alpha != 1.0
     for name, module in modules.items():
         assert all(not torch.equal(p, before[name][k]) for k, p in module.named_parameters()), name
+
+
+def test_an_n_step_sample_bootstraps_with_its_own_discount():
+    critic = HandQ([0.0, 0.0], [0.0, 0.0])
+    target = HandQ([1.0, 1.0], [0.0, 0.0])  # Q'(s', a') = s'[0]
+    loss_fn = SACLoss(_actor((0.0,), (-20.0,)), critic, target, gamma=0.9, alpha_init=1e-12, learn_alpha=False)
+    td = _sample(n=3, terminated=[False, False, False])
+    td["next", "discount"] = torch.tensor([0.9**3, 0.0, 0.9**2])  # 3 steps; a terminal; a truncation after 2
+    loss_fn(td)
+    y = td["next", "reward"] + td["next", "discount"] * td["next", "observation"][:, 0]
+    torch.testing.assert_close(td["td_error"], y.abs(), atol=1e-5, rtol=1e-5)  # Q(s, a) = 0

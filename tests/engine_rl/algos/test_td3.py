@@ -140,3 +140,15 @@ def test_missing_key_and_bad_arguments_name_them():
         TD3Loss(_actor(), critic, gamma=2)
     with pytest.raises(TypeError, match="TD3Loss: actor must be a TanhActor, got Linear"):
         TD3Loss(nn.Linear(3, 1), critic)
+
+
+def test_an_n_step_sample_bootstraps_with_its_own_discount():
+    actor, critic = _actor(), RecordingQ(offset=1.0)
+    loss_fn = TD3Loss(actor, critic, gamma=0.5, target_noise=0.0)
+    td = _sample()
+    td["next", "discount"] = torch.tensor([0.125, 0.0, 0.25, 0.125])  # gamma^k, 0 after a terminal
+    out = loss_fn(td)
+    next_unit = loss_fn.target_actor.unit_action(torch.ones(4, 3))
+    target = 2.0 + td["next", "discount"] * (3.0 + 10.0 * next_unit.squeeze(-1))
+    q = torch.arange(4, dtype=torch.float32) * 3
+    torch.testing.assert_close(out["loss_qvalue"], ((q - target) ** 2).mean() + ((q + 1.0 - target) ** 2).mean())
