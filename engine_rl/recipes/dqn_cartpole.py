@@ -223,9 +223,10 @@ Learner = Callable[[DQNConfig, nn.Module, int], tuple[nn.Module, nn.Module, torc
 @register("dqn-cartpole", DQNConfig,
           "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames on most seeds",
           search_space=dqn_search_space)
-def build_dqn(cfg: DQNConfig, *, learner: Learner = dqn_learner, outputs_per_action: int = 1) -> Setup:
+def build_dqn(cfg: DQNConfig, *, learner: Learner = dqn_learner, outputs_per_action: str | None = None) -> Setup:
     """DQN's run; another value-based loss swaps ``learner`` (its loss, greedy policy and optimizer on the
-    Q network: :func:`dqn_learner` by default) and the network's ``outputs_per_action`` (QR-DQN's quantiles)."""
+    Q network: :func:`dqn_learner` by default) and names the config field of the network's outputs per
+    action (QR-DQN's ``"num_quantiles"``; None: one Q value per action)."""
     cfg.check_env()
     torch.manual_seed(cfg.seed)
     device, replay_device = config_devices(cfg)
@@ -265,9 +266,9 @@ def build_dqn(cfg: DQNConfig, *, learner: Learner = dqn_learner, outputs_per_act
     )
 
 
-def _make_qnet(cfg: DQNConfig, device: torch.device, outputs_per_action: int = 1) -> tuple[nn.Module, int]:
-    """The Q-network for one env copy's spaces, on ``device`` (``outputs_per_action`` numbers per action,
-    action-major), and the number of actions."""
+def _make_qnet(cfg: DQNConfig, device: torch.device, outputs_per_action: str | None = None) -> tuple[nn.Module, int]:
+    """The Q-network for one env copy's spaces, on ``device`` (as many outputs per action as the config
+    field ``outputs_per_action`` says, action-major; one without it), and the number of actions."""
     observation_space, action_space = recipe_spaces(cfg)  # one copy's
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError(
@@ -275,14 +276,16 @@ def _make_qnet(cfg: DQNConfig, device: torch.device, outputs_per_action: int = 1
             "actions (use a continuous-control algorithm such as SAC)"
         )
     num_actions = int(action_space.n)
-    check_sizes(cfg, observation_space, action_space, device=device, networks=1, target=True)
+    check_sizes(cfg, observation_space, action_space, device=device, networks=1, target=True,
+                outputs_per_action=outputs_per_action)
+    per_action = 1 if outputs_per_action is None else getattr(cfg, outputs_per_action)
     # pixels: the Nature CNN, then the MLP head; a Dict: an encoder per key (engine_rl.algos.encoders)
     encoder = make_encoder(observation_space, owner=f"dqn ({env_label(cfg)})")
     features = encoder.features if encoder is not None else int(observation_space.shape[0])
     if cfg.dueling:
-        head = dueling_mlp(features, num_actions, cfg.hidden, outputs_per_action=outputs_per_action)
+        head = dueling_mlp(features, num_actions, cfg.hidden, outputs_per_action=per_action)
     else:
-        head = mlp(features, num_actions * outputs_per_action, cfg.hidden)
+        head = mlp(features, num_actions * per_action, cfg.hidden)
     qnet = head if encoder is None else nn.Sequential(encoder, head)
     qnet.to(device)
     return qnet, num_actions

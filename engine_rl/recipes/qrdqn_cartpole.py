@@ -59,4 +59,4 @@ def qrdqn_learner(
 @register("qrdqn-cartpole", QRDQNConfig, "QR-DQN on CartPole-v1 (rl-zoo hyperparameters, 10 quantiles)")
 def build_qrdqn(cfg: DQNConfig) -> Setup:
     """``dqn-cartpole``'s build with QR-DQN's learner and a network of ``num_quantiles`` outputs per action."""
-    return build_dqn(cfg, learner=qrdqn_learner, outputs_per_action=cfg.num_quantiles)
+    return build_dqn(cfg, learner=qrdqn_learner, outputs_per_action="num_quantiles")

@@ -101,14 +101,14 @@ def test_atari_builds_with_the_heads_and_learns_a_few_steps(recipe, dueling):
 @pytest.mark.slow
 @pytest.mark.ci
 def test_qrdqn_cartpole_learns_within_20k_frames(tmp_path):
-    """CI bar: seed 0, 20k frames (rl-zoo's budget is 50k), mean greedy return over 10 episodes
-    >= 100 (random play: ~22); its best checkpoint clears the same bar on episodes the run never
-    evaluated (eval seed 20000). Margin checked over seeds 0-4 (--seed-offset 0-4): see the
-    commit that set the bar.
+    """CI bar: seed 0, 20k frames (rl-zoo's budget is 50k; the learning rate decays to 0 over
+    these 20k), mean greedy return over 10 episodes >= 75 (random play: ~22); the run's best
+    checkpoint clears the same bar on episodes the run never evaluated (eval seed 20000).
+    Margin checked over seeds 0-4 (--seed-offset 0-4): lowest 125 (final) and 500 (best).
     """
     cfg = make_config("qrdqn-cartpole", {"seed": seed(0), "total_frames": 20_000})
     summary = train("qrdqn-cartpole", cfg, tmp_path, progress=False)
     assert summary["frames"] == 20_224  # 79 batches of 256
-    assert summary["eval_return_mean"] >= 100, summary
+    assert summary["eval_return_mean"] >= 75, summary
     best = evaluate_checkpoint(summary["best_checkpoint"], seed=seed(20_000))
-    assert best["episodes"] == 10 and best["return_mean"] >= 100, best
+    assert best["episodes"] == 10 and best["return_mean"] >= 75, best
