@@ -111,7 +111,10 @@ class QRDQNLoss(nn.Module):
 
     Only ``terminated`` stops bootstrapping (a time-limit truncation bootstraps from the stored
     final observation); ``w`` is the ``"weight"`` of prioritized replay (1 without it). ``td_error``
-    is the Q-value error ``mean_i theta_i(s, a) - mean_j T_j``.
+    is the Q-value error ``mean_i theta_i(s, a) - mean_j T_j``. An n-step sample carries the
+    discount of its bootstrap value in ``("next", "discount")`` (``gamma^k``, 0 after a terminal),
+    as :class:`~engine_rl.algos.dqn.DQNLoss` reads it: then ``T_j = r + discount * theta_target_j(s', a*)``
+    with ``r`` the window's discounted reward sum.
 
     Args:
         qnet: the online network, observations ``[B, ...]`` to ``[B, num_actions * num_quantiles]``.
@@ -203,7 +206,10 @@ class QRDQNLoss(nn.Module):
         n = self.num_quantiles
         action = action.long().reshape(-1, 1, 1).expand(-1, 1, n)
         reward = reward.float().reshape(-1, 1)
-        not_terminated = (terminated.reshape(-1, 1) == 0).float()  # bool or 0/1 flags
+        discount = sample.get(("next", "discount"), None)  # n-step rows: gamma^k, 0 after a terminal
+        if discount is None:
+            discount = self.gamma * (terminated.reshape(-1) == 0).float()  # bool or 0/1 flags
+        discount = discount.float().reshape(-1, 1)
 
         theta = self.quantiles(self.qnet, obs).gather(1, action).squeeze(1)  # theta_i(s, a): [B, N]
         with torch.no_grad():
@@ -212,7 +218,8 @@ class QRDQNLoss(nn.Module):
             next_action = chooser.mean(dim=-1).argmax(dim=-1).reshape(-1, 1, 1).expand(-1, 1, n)
             next_theta = next_target.gather(1, next_action).squeeze(1)  # theta_target_j(s', a*): [B, N]
             # target quantiles: T_j = r + gamma * (1 - terminated) * theta_target_j(s', a*)
-            target = reward + self.gamma * not_terminated * next_theta
+            # (discount = gamma * (1 - terminated), or an n-step row's own)
+            target = reward + discount * next_theta
 
         sample.set("td_error", (theta.mean(dim=-1) - target.mean(dim=-1)).detach())
         per_item = quantile_huber(theta, target, kappa=self.kappa)

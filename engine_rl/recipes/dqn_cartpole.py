@@ -210,7 +210,9 @@ def dqn_search_space(trial: Any, config: DQNConfig) -> dict[str, Any]:
     }
 
 
-def dqn_learner(cfg: DQNConfig, qnet: nn.Module, num_actions: int) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer]:
+def dqn_learner(
+    cfg: DQNConfig, qnet: nn.Module, num_actions: int
+) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer]:
     """DQN's loss, greedy policy and optimizer on ``qnet`` (a :data:`Learner`)."""
     return DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double), QValuePolicy(qnet), adam(qnet.parameters(), lr=cfg.lr)
 

@@ -31,8 +31,8 @@ def test_defaults_are_rl_zoos_qrdqn_values():
     assert (cfg.total_frames, cfg.eps_end, cfg.eps_frames, cfg.hidden, cfg.double, cfg.max_grad_norm) == (
         50_000, 0.04, 8_000, (256, 256), False, 0.0)
     atari = get_recipe("qrdqn-atari").config_cls()
-    assert (atari.num_quantiles, atari.lr, atari.batch_size, atari.learning_starts, atari.eps_end, atari.eps_frames) == (
-        200, 5e-5, 32, 50_000, 0.01, 250_000)
+    assert (atari.num_quantiles, atari.lr, atari.batch_size, atari.learning_starts, atari.eps_end,
+            atari.eps_frames) == (200, 5e-5, 32, 50_000, 0.01, 250_000)
     assert atari.target_update_every * 4 == 10_000 and atari.frames_per_batch / atari.optim_steps_per_batch == 4
     assert atari.hidden == () and atari.clip_rewards and not atari.double and atari.max_grad_norm == 0.0
     with pytest.raises(ValueError, match="^QRDQNConfig: num_quantiles must be a positive int, got 0$"):

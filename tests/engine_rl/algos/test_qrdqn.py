@@ -24,7 +24,8 @@ def test_quantile_huber_loss_by_hand():
     assert got.shape == (1,) and got.item() == pytest.approx(0.90625)
     # kappa 2: |u| = 3 is beyond it (Huber 2 * (3 - 1)), the others quadratic; all divided by kappa
     by_hand = ((0.25 * 0.125 + 0.25 * 2 * (3 - 1)) / 2 + (0.25 * 0.125 + 0.75 * 0.5 * 4) / 2) / 2
-    assert quantile_huber(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 3.0]]), kappa=2.0).item() == pytest.approx(by_hand)
+    got = quantile_huber(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 3.0]]), kappa=2.0)
+    assert got.item() == pytest.approx(by_hand)
 
 
 def _linear(weight, bias):
@@ -60,6 +61,16 @@ def test_loss_by_hand_bootstrapping_and_terminal():
     assert sample["td_error"].tolist() == pytest.approx([1.5])
     # prioritized replay's importance weight scales the item's loss
     assert loss_fn(_sample(terminated=True, weight=2.0))["loss"].item() == pytest.approx(1.5)
+    # an n-step row brings its discount (gamma^k, here 0.125), used instead of gamma and terminated:
+    # T = 1 + 0.125 * (10, 11) = (2.25, 2.375); td_error 2.5 - 2.3125
+    sample = _sample(terminated=False)
+    sample["next", "discount"] = torch.tensor([0.125])
+    loss_fn(sample)
+    assert sample["td_error"].tolist() == pytest.approx([2.5 - 2.3125])
+    sample = _sample(terminated=False)
+    sample["next", "discount"] = torch.tensor([0.0])  # a window that ended at a terminal: T = r
+    loss_fn(sample)
+    assert sample["td_error"].tolist() == pytest.approx([1.5])
 
 
 def test_the_target_network_picks_the_next_action_unless_double():
