@@ -13,6 +13,7 @@ final policy from the late collapses DQN is known for on CartPole.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
@@ -23,7 +24,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import PiecewiseLinear
 from torch import nn
 
-from engine_rl.algos import DQNLoss, QValuePolicy, mlp
+from engine_rl.algos import DQNLoss, QValuePolicy, dueling_mlp, mlp
 from engine_rl.algos.compile import compile_loss
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.algos.exploration import EpsilonGreedy
@@ -52,7 +53,7 @@ from handlers import (
     WeightSync,
 )
 
-__all__ = ["DQNConfig", "build_dqn", "dqn_search_space"]
+__all__ = ["DQNConfig", "Learner", "build_dqn", "dqn_learner", "dqn_search_space"]
 
 
 @dataclass(kw_only=True)
@@ -83,6 +84,9 @@ class DQNConfig(ReplayConfig):
     replay) the MLP sits on the Nature CNN's 512 features (``engine_rl.algos.encoders``)."""
     double: bool = True
     """Double DQN targets (online net picks, target net values)."""
+    dueling: bool = False
+    """Dueling Q head (Wang et al. 2016): a value and an advantage stream on the last hidden layer (or
+    the Nature CNN's features), ``Q = V + A - mean_a A`` (``engine_rl.algos.networks.DuelingHead``)."""
     clip_rewards: bool = False
     """Store the sign of each reward in replay (-1, 0, +1; Mnih et al. 2015, for Atari scores);
     reported returns stay the env's own."""
@@ -125,7 +129,7 @@ class DQNConfig(ReplayConfig):
         check.fractions("target_tau", zero=False, optional=True)
         check.finite("max_grad_norm")
         check.nonnegative("alpha")
-        check.bools("double", "prioritized", "async_collection", "clip_rewards")
+        check.bools("double", "dueling", "prioritized", "async_collection", "clip_rewards")
         check.choice("replay_storage", ("memory", "memmap"))
         check.at_least("eps_start", "eps_end")
 
@@ -212,23 +216,36 @@ def dqn_search_space(trial: Any, config: DQNConfig) -> dict[str, Any]:
     }
 
 
+def dqn_learner(
+    cfg: DQNConfig, qnet: nn.Module, num_actions: int
+) -> tuple[nn.Module, nn.Module, torch.optim.Optimizer]:
+    """DQN's loss, greedy policy and optimizer on ``qnet`` (a :data:`Learner`)."""
+    return DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double), QValuePolicy(qnet), adam(qnet.parameters(), lr=cfg.lr)
+
+
+#: What :func:`build_dqn` makes on the Q network ``(cfg, qnet, num_actions) -> (loss, greedy policy, optimizer)``:
+#: the loss has a ``target_qnet``, the policy writes ``"action"``.
+Learner = Callable[[DQNConfig, nn.Module, int], tuple[nn.Module, nn.Module, torch.optim.Optimizer]]
+
+
 @register("dqn-cartpole", DQNConfig,
           "Double DQN on CartPole-v1 (rl-zoo hyperparameters); solves it in 50k frames on most seeds",
           search_space=dqn_search_space)
-def build_dqn(cfg: DQNConfig) -> Setup:
+def build_dqn(cfg: DQNConfig, *, learner: Learner = dqn_learner, outputs_per_action: str | None = None) -> Setup:
+    """DQN's run; another value-based loss swaps ``learner`` (its loss, greedy policy and optimizer on the
+    Q network: :func:`dqn_learner` by default) and names the config field of the network's outputs per
+    action (QR-DQN's ``"num_quantiles"``; None: one Q value per action)."""
     cfg.check_env()
     torch.manual_seed(cfg.seed)
     device, replay_device = config_devices(cfg)
     if cfg.async_collection:
         _check_async(cfg, device, replay_device)
-    qnet, num_actions = _make_qnet(cfg, device)
-    greedy = QValuePolicy(qnet)
+    qnet, num_actions = _make_qnet(cfg, device, outputs_per_action)
+    loss, greedy, optimizer = learner(cfg, qnet, num_actions)
     explore = EpsilonGreedy(
         greedy, num_actions=num_actions, eps_start=cfg.eps_start, eps_end=cfg.eps_end,
         annealing_frames=cfg.eps_frames, seed=cfg.seed,
     )
-    loss = DQNLoss(qnet, gamma=cfg.gamma, double=cfg.double)
-    optimizer = adam(qnet.parameters(), lr=cfg.lr)
     buffer, collector = _make_replay_and_collector(cfg, explore, device, replay_device)
 
     trainer = create_trainer(
@@ -257,8 +274,9 @@ def build_dqn(cfg: DQNConfig) -> Setup:
     )
 
 
-def _make_qnet(cfg: DQNConfig, device: torch.device) -> tuple[nn.Module, int]:
-    """The Q-network for one env copy's spaces, on ``device``, and the number of actions."""
+def _make_qnet(cfg: DQNConfig, device: torch.device, outputs_per_action: str | None = None) -> tuple[nn.Module, int]:
+    """The Q-network for one env copy's spaces, on ``device`` (as many outputs per action as the config
+    field ``outputs_per_action`` says, action-major; one without it), and the number of actions."""
     observation_space, action_space = recipe_spaces(cfg)  # one copy's
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError(
@@ -266,13 +284,17 @@ def _make_qnet(cfg: DQNConfig, device: torch.device) -> tuple[nn.Module, int]:
             "actions (use a continuous-control algorithm such as SAC)"
         )
     num_actions = int(action_space.n)
-    check_sizes(cfg, observation_space, action_space, device=device, networks=1, target=True)
+    check_sizes(cfg, observation_space, action_space, device=device, networks=1, target=True,
+                outputs_per_action=outputs_per_action)
+    per_action = 1 if outputs_per_action is None else getattr(cfg, outputs_per_action)
     # pixels: the Nature CNN, then the MLP head; a Dict: an encoder per key (engine_rl.algos.encoders)
     encoder = make_encoder(observation_space, owner=f"dqn ({env_label(cfg)})")
-    if encoder is not None:
-        qnet = nn.Sequential(encoder, mlp(encoder.features, num_actions, cfg.hidden))
+    features = encoder.features if encoder is not None else int(observation_space.shape[0])
+    if cfg.dueling:
+        head = dueling_mlp(features, num_actions, cfg.hidden, outputs_per_action=per_action)
     else:
-        qnet = mlp(int(observation_space.shape[0]), num_actions, cfg.hidden)
+        head = mlp(features, num_actions * per_action, cfg.hidden)
+    qnet = head if encoder is None else nn.Sequential(encoder, head)
     qnet.to(device)
     return qnet, num_actions
 
@@ -303,7 +325,7 @@ def _make_replay_and_collector(
 
 
 def _attach_learning(
-    cfg: DQNConfig, trainer: Engine, *, qnet: nn.Module, loss: DQNLoss, optimizer: torch.optim.Optimizer,
+    cfg: DQNConfig, trainer: Engine, *, qnet: nn.Module, loss: nn.Module, optimizer: torch.optim.Optimizer,
     buffer: ReplayBuffer | SharedReplayBuffer, collector: Any, explore: EpsilonGreedy, device: torch.device,
 ) -> None:
     """The handlers of a DQN update, in the order they must run: the NaN guard, the learning-rate

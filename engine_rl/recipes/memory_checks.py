@@ -69,6 +69,7 @@ def check_sizes(
     device: torch.device | str,
     networks: int,
     target: bool,
+    outputs_per_action: str | None = None,
     limit: tuple[int | None, str] | None = None,
 ) -> None:
     """Refuse a config whose batch or networks need more memory than the machine (or the CUDA
@@ -84,6 +85,8 @@ def check_sizes(
         networks: MLPs of widths ``cfg.hidden`` trained on ``batch_size`` rows (DQN 1, PPO 2: actor
             and critic, SAC and TD3 3: actor and two critics).
         target: the networks have target copies.
+        outputs_per_action: the config field whose value multiplies the networks' outputs per action
+            (QR-DQN's ``num_quantiles``); None: one output per action.
         limit: ``(bytes, how to say it)`` instead of each device's memory (tests).
     """
     owner = type(cfg).__name__
@@ -100,15 +103,18 @@ def check_sizes(
     )
     vector = isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1
     inputs = int(observation_space.shape[0]) if vector else ENCODER_FEATURES
-    parameters = mlp_parameters(inputs, gym.spaces.flatdim(action_space), cfg.hidden)
+    per_action = 1 if outputs_per_action is None else getattr(cfg, outputs_per_action)
+    parameters = mlp_parameters(inputs, gym.spaces.flatdim(action_space) * per_action, cfg.hidden)
+    setting = f"hidden={cfg.hidden}" + ("" if outputs_per_action is None else f", {outputs_per_action}={per_action}")
     copies = 5 if target else 4  # weights, gradients, Adam's two moments (and the target's weights), float32
     activations = cfg.batch_size * sum(cfg.hidden) * 2  # each layer's output and its activation, kept for backward
     check_fits(
-        networks * 4 * (parameters * copies + activations), owner=owner, setting=f"hidden={cfg.hidden}",
+        networks * 4 * (parameters * copies + activations), owner=owner, setting=setting,
         what="for the networks' updates",
         each=f"{networks} network{'s' if networks > 1 else ''} of {parameters:,} parameters with gradients, "
              f"Adam's moments{' and a target copy' if target else ''}; activations of {cfg.batch_size}-row batches",
-        fix="hidden or batch_size", device=device, limit=limit,
+        fix="hidden or batch_size" if outputs_per_action is None else f"hidden, batch_size or {outputs_per_action}",
+        device=device, limit=limit,
     )
     announce_long_batches(cfg, observation_space, action_space)
 

@@ -58,6 +58,7 @@ from pathlib import Path
 # Published results at the recipes' default budgets: (recipe, env_id or None for the default[, frames]) -> text
 REFERENCES = {
     ("dqn-cartpole", None): "rl-zoo 500 at 50k",
+    ("qrdqn-cartpole", None): "rl-zoo 500 at 50k",
     ("ppo-cartpole", None): "rl-zoo 500 at 100k",
     ("sac-pendulum", None): "rl-zoo −157 ± 89 at 20k",
     ("td3-pendulum", None): "rl-zoo −152 ± 90 at 20k",

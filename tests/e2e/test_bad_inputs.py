@@ -43,6 +43,12 @@ ROWS = [
      "engine-rl: error: DQNConfig: hidden=(10000000,) needs about 6.1 GiB for the networks' updates (1 network of "
      "70,000,002 parameters with gradients, Adam's moments and a target copy; activations of 64-row batches) "
      f"{MACHINE}; lower hidden or batch_size\n"),
+    ("qrdqn num_quantiles=10**6", ["train", "qrdqn-cartpole", "--set", "num_quantiles=1000000", *CPU], 2,
+     "engine-rl: error: QRDQNConfig: hidden=(256, 256), num_quantiles=1000000 needs about 9.6 GiB for the networks' "
+     "updates (1 network of 514,067,072 parameters with gradients, Adam's moments and a target copy; activations of "
+     f"64-row batches) {MACHINE}; lower hidden, batch_size or num_quantiles\n"),
+    ("qrdqn num_quantiles=0", ["train", "qrdqn-cartpole", "--set", "num_quantiles=0", *CPU], 2,
+     "engine-rl: error: QRDQNConfig: num_quantiles must be a positive int, got 0\n"),
     ("ppo hidden=(10**7,)", ["train", "ppo-cartpole", "--set", "hidden=(10000000,)", *CPU], 2,
      "engine-rl: error: PPOConfig: hidden=(10000000,) needs about 40.2 GiB for the networks' updates (2 networks of "
      "70,000,002 parameters with gradients, Adam's moments; activations of 256-row batches) "

@@ -99,6 +99,8 @@ CASES = {
     "no ale_py: train dqn-atari ALE/Pong-v5": (("ale_py",), ["train", "dqn-atari", "--set", "env_id=ALE/Pong-v5",
                                                              "--out", "{out}"], 2,
                                                f"engine-rl: error: DQNAtariConfig: env_id 'ALE/Pong-v5' {ATARI}\n"),
+    "no ale_py: train qrdqn-atari": (("ale_py",), ["train", "qrdqn-atari", "--out", "{out}"], 2,
+                                     f"engine-rl: error: QRDQNAtariConfig: env_id 'BreakoutNoFrameskip-v4' {ATARI}\n"),
     "no ale_py: train dqn-cartpole on an Atari id": (
         ("ale_py",), ["train", "dqn-cartpole", "--set", "env_id=Pong-v4", "--out", "{out}"], 2,
         f"engine-rl: error: DQNConfig: env_id 'Pong-v4' {ATARI}\n"),

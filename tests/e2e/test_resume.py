@@ -1,6 +1,6 @@
 """Exact resume: 2N batches straight == N batches, checkpoint, a new process, load, N more (bitwise, CPU).
 
-Seeds: 1 to 11, one per case, in the arguments below, the suite's seed offset added (support.seeds).
+Seeds: 1 to 12, one per case, in the arguments below, the suite's seed offset added (support.seeds).
 """
 
 import dataclasses
@@ -65,8 +65,14 @@ ARGS = {
                             "--set", "learning_starts=512", "--set", "optim_steps_per_batch=8", "--set", "hidden=(32,)",
                             "--set", "buffer_size=1024", "--set", "num_envs=4", "--set", "eval_every=2",
                             "--set", "eval_episodes=2", "--checkpoint-every", "2"],
+    # QR-DQN's quantiles under a dueling head, prioritized replay reading its td_error
+    "qrdqn-cartpole": ["--frames", "2048", "--seed", seed_arg(12), "--set", "learning_starts=512",
+                       "--set", "optim_steps_per_batch=16", "--set", "hidden=(32,32)", "--set", "prioritized=true",
+                       "--set", "dueling=true", "--set", "eval_every=2", "--set", "eval_episodes=2",
+                       "--set", "num_envs=4", "--checkpoint-every", "2"],
 }
-HALF = {"dqn-cartpole n_step": 1024, "dqn-cartpole": 2048, "ppo-cartpole": 512, "ppo-mujoco": 2048, "ppo-atari": 512, "dqn-cartpole Dict": 512,
+HALF = {"dqn-cartpole n_step": 1024, "dqn-cartpole": 2048, "qrdqn-cartpole": 1024, "ppo-cartpole": 512, "ppo-mujoco": 2048,
+        "ppo-atari": 512, "dqn-cartpole Dict": 512,
         "sac-mujoco log_every": 300,
         "ppo-cartpole make_env": 512, "sac-pendulum Dict": 300, "dqn-cartpole torch": 1024, "sac-pendulum torch": 300}
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the subprocess imports support.user_envs

@@ -87,9 +87,17 @@ ARGS = {
     "dqn-atari": ["--frames", "2048", "--seed", "9", "--set", "num_envs=2", "--set", "frames_per_batch=128",
                   "--set", "learning_starts=512", "--set", "buffer_size=1024", "--set", "optim_steps_per_batch=8",
                   "--set", "eval_every=5", "--set", "eval_episodes=1", "--checkpoint-every", "2"],
+    # QR-DQN's quantile network under a dueling head, prioritized by its td_error
+    "qrdqn-cartpole": ["--frames", "24576", "--seed", "10", "--set", "learning_starts=512", "--set", "optim_steps_per_batch=16",
+                       "--set", "hidden=(32,32)", "--set", "buffer_size=4096", "--set", "prioritized=true",
+                       "--set", "dueling=true", "--set", "eval_every=5", "--set", "eval_episodes=3", "--set", "num_envs=4",
+                       "--checkpoint-every", "8"],
+    "qrdqn-atari": ["--frames", "2048", "--seed", "11", "--set", "num_envs=2", "--set", "frames_per_batch=128",
+                    "--set", "learning_starts=512", "--set", "buffer_size=1024", "--set", "optim_steps_per_batch=8",
+                    "--set", "eval_every=5", "--set", "eval_episodes=1", "--checkpoint-every", "2"],
 }
 EXTRAS = {"ppo-mujoco": "mujoco", "sac-mujoco": "mujoco", "td3-mujoco": "mujoco", "ppo-atari": "ale_py",
-          "dqn-atari": "ale_py"}
+          "dqn-atari": "ale_py", "qrdqn-atari": "ale_py"}
 TRAIN = [sys.executable, "-m", "engine_rl", "train"]
 PHASES = ("random", "final-evaluation", "after-final-checkpoint")
 

@@ -141,8 +141,8 @@ def test_construction_still_checks_the_env_fields_by_themselves():
         make_config("ppo-cartpole", {"env_backend": "torch", "env_id": "Acrobot-v1"})
 
 
-EXTRA_OF = {"dqn-atari": "ale_py", "ppo-atari": "ale_py", "ppo-mujoco": "mujoco", "sac-mujoco": "mujoco",
-            "td3-mujoco": "mujoco"}
+EXTRA_OF = {"dqn-atari": "ale_py", "ppo-atari": "ale_py", "qrdqn-atari": "ale_py", "ppo-mujoco": "mujoco",
+            "sac-mujoco": "mujoco", "td3-mujoco": "mujoco"}
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
