@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRACKERS", "TrackerError", "TrackerSpec", "hyperparameters", "log_videos", "open_tracker", "output_handlers"]
+__all__ = ["TRACKERS", "TrackerError", "TrackerSpec", "hyperparameters", "log_videos", "open_tracker", "output_handlers",
+           "same_target"]
 
 #: Tracker name -> (the package it needs, the engine_rl extra that installs it).
 TRACKERS: dict[str, tuple[str, str]] = {
@@ -138,14 +139,39 @@ def _tensorboard(spec, run_dir, experiment, run_name, params, previous, resumed_
     if previous is None:  # the HPARAMS tab: the config, against the evaluation's mean return
         for summary in hparams(params, {"eval/eval_return_mean": math.nan}):
             logger.writer.file_writer.add_summary(summary)
-    return logger, {"target": str(log_dir)}
+    return logger, {"target": os.path.abspath(log_dir)}
+
+
+def _is_uri(target: str) -> bool:
+    return "://" in target or target.startswith("file:")
+
+
+def _sqlite_uri(folder: Path) -> str:
+    return f"sqlite:///{(folder / 'mlflow.db').resolve()}"
 
 
 def _mlflow_uri(target: str | None, run_dir: Path) -> str:
-    if target and ("://" in target or target.startswith("file:")):
+    if target and _is_uri(target):
         return target
-    folder = _writable_dir(Path(target) if target else run_dir, "mlflow")
-    return f"sqlite:///{(folder / 'mlflow.db').resolve()}"
+    return _sqlite_uri(_writable_dir(Path(target) if target else run_dir, "mlflow"))
+
+
+def same_target(name: str, given: str, saved: str) -> bool:
+    """Whether ``--logger NAME=GIVEN`` names the target ``saved`` that ``trackers.json`` records for
+    the run's tracker (a folder, a tracking URI or a project) however it is spelled: a relative or
+    absolute folder, MLflow's folder or the ``sqlite:///`` URI of its ``mlflow.db``.
+
+    Examples:
+        >>> same_target("mlflow", "runs/x", f"sqlite:///{Path('runs/x/mlflow.db').resolve()}")
+        True
+        >>> same_target("tensorboard", "runs/x/tb", os.path.abspath("runs/x/other"))
+        False
+    """
+    if name == "mlflow" and not _is_uri(given):
+        return _sqlite_uri(Path(given)) == saved
+    if name == "tensorboard":
+        return os.path.abspath(given) == os.path.abspath(saved)
+    return given == saved
 
 
 #: MLflow's HTTP retries, unless the user set them: about 10 s before a server counts as gone.

@@ -18,7 +18,7 @@ import torch
 
 from engine_rl.run.folder import RunError, config_record, write_text
 from engine_rl.run.stages import Run
-from engine_rl.trackers import TrackerError, TrackerSpec, hyperparameters, open_tracker
+from engine_rl.trackers import TrackerError, TrackerSpec, hyperparameters, open_tracker, same_target
 from handlers.trackers import TrackerHandler
 
 __all__ = ["attach_trackers", "read_trackers", "tracker_specs"]
@@ -51,7 +51,7 @@ def tracker_specs(saved: dict[str, dict[str, Any]], loggers: tuple[str, ...]) ->
     for text in loggers:
         spec = TrackerSpec.parse(text)
         before = saved.get(spec.name, {}).get("target")
-        if before is not None and spec.target is not None and spec.target != before:
+        if before is not None and spec.target is not None and not same_target(spec.name, spec.target, before):
             raise TrackerError(f"--logger {text}: this run logs to {spec.name} at {before} ({TRACKERS_FILE}); "
                                f"resume with --logger {spec.name} (or the same target), or train into another --out")
         specs[spec.name] = spec if spec.target is not None or spec.name not in specs else specs[spec.name]

@@ -148,6 +148,20 @@ def test_bad_tracker_options_are_one_line(tmp_path, capsys):
     assert not list((tmp_path / "c").rglob("*.pt")) and not (tmp_path / "c" / "metrics.jsonl").exists()  # no training
 
 
+def test_resuming_with_the_same_tracker_targets_named_again_continues_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative folders, as a user types them
+    targets = ["--logger", "tensorboard=tb", "--logger", "mlflow=ml"]
+    assert train(tmp_path / "run", *targets, "--until-frames", "1024") == 0
+    first = json.loads((tmp_path / "run" / "trackers.json").read_text())
+    assert first == {"tensorboard": {"target": str(tmp_path / "tb")},
+                     "mlflow": {"target": f"sqlite:///{tmp_path / 'ml' / 'mlflow.db'}", "run_id": first["mlflow"]["run_id"]}}
+    assert train(tmp_path / "run", "--resume", "--logger", f"tensorboard={tmp_path / 'tb'}", "--logger", "mlflow=./ml") == 0
+    assert json.loads((tmp_path / "run" / "trackers.json").read_text()) == first
+    steps = [s for s, _ in tensorboard_scalars(tmp_path / "tb")["train/fps"]]
+    assert steps == sorted(set(steps)) and steps[-1] == 2048
+    assert [s for s, _ in mlflow_scalars(first["mlflow"]["target"], first["mlflow"]["run_id"])["train fps"]] == steps
+
+
 def test_resuming_with_another_tracker_target_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
     assert train(out, "--logger", "tensorboard", "--until-frames", "512") == 0
