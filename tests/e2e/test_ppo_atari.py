@@ -189,8 +189,8 @@ def test_ppo_atari_beats_random_play_on_up_n_down_in_32k_frames(tmp_path, capsys
     """CI's Atari learning bar, about 3 minutes here: the recipe as it is (CleanRL's values, the
     Nature CNN, ATARI_WRAPPERS) on UpNDown, seed 0, 32,768 frames. The episodes of the sampling
     policy that end in the last 8,192 frames (what CleanRL's curves plot) average more than twice
-    random play (428 over 20 episodes). Margin checked over seeds 0-4 (--seed-offset 0-4): lowest
-    1104 (16 episodes; at least 12 episodes on each). Breakout shows nothing at this budget (see
+    random play (428 over 20 episodes). Margin checked over seeds 0-4 (--seed-offset 0-4) after the GAE
+    value fix (2026-12-07): 1337, 1802, 1340, 1410, 1558; lowest 1337 (13-14 episodes on each). Breakout shows nothing at this budget (see
     below), and neither does the greedy evaluation here: the argmax of a policy still this
     uncertain scored 20 on seeds 0 and 1."""
     env_id = "UpNDownNoFrameskip-v4"
