@@ -17,7 +17,33 @@ from torch import nn
 from engine_rl.checks import fraction
 from engine_rl.keys import require_keys
 
-__all__ = ["QValuePolicy", "DQNLoss"]
+__all__ = ["QValuePolicy", "DQNLoss", "TRANSITION_KEYS", "read_transition"]
+
+#: The keys a DQN-family loss reads from a replay sample.
+TRANSITION_KEYS = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
+
+
+def read_transition(
+    sample: TensorDictBase, *, gamma: float, consumer: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(obs, action, next_obs, reward, discount)`` of a replay sample of discrete actions:
+    ``action`` as ``long`` and ``reward`` as ``float``, both flat ``[B]``; ``discount``, the factor
+    of the bootstrap value, flat ``[B]``: the sample's ``("next", "discount")`` where it has one
+    (n-step rows: ``gamma^k``, 0 after a terminal), else ``gamma * (1 - terminated)``. A missing
+    key raises a ``KeyError`` naming it, the sample's keys and ``consumer``."""
+    try:
+        obs = sample["observation"]
+        action = sample["action"]
+        next_obs = sample["next", "observation"]
+        reward = sample["next", "reward"]
+        terminated = sample["next", "terminated"]
+    except KeyError:
+        require_keys(sample, TRANSITION_KEYS, consumer=consumer)  # raises, naming the missing keys
+        raise
+    discount = sample.get(("next", "discount"), None)  # n-step rows: gamma^k, 0 after a terminal
+    if discount is None:
+        discount = gamma * (terminated.reshape(-1) == 0).float()  # bool or 0/1 flags
+    return obs, action.long().reshape(-1), next_obs, reward.float().reshape(-1), discount.reshape(-1)
 
 
 class QValuePolicy(nn.Module):
@@ -83,7 +109,7 @@ class DQNLoss(nn.Module):
         (['loss'], torch.Size([5]))
     """
 
-    in_keys = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
+    in_keys = list(TRANSITION_KEYS)
 
     def __init__(
         self,
@@ -107,21 +133,8 @@ class DQNLoss(nn.Module):
         self.loss_kind = loss
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
-        try:
-            obs = sample["observation"]
-            action = sample["action"]
-            next_obs = sample["next", "observation"]
-            reward = sample["next", "reward"]
-            terminated = sample["next", "terminated"]
-        except KeyError:
-            require_keys(sample, self.in_keys, consumer="DQNLoss")  # raises, naming the missing keys
-            raise
-        action = action.long().reshape(-1, 1)
-        reward = reward.float().reshape(-1)
-        discount = sample.get(("next", "discount"), None)  # n-step rows: gamma^k, 0 after a terminal
-        if discount is None:
-            discount = self.gamma * (terminated.reshape(-1) == 0).float()  # bool or 0/1 flags
-        discount = discount.reshape(-1)
+        obs, action, next_obs, reward, discount = read_transition(sample, gamma=self.gamma, consumer="DQNLoss")
+        action = action.reshape(-1, 1)
 
         q_taken = self.qnet(obs).gather(-1, action).squeeze(-1)
         with torch.no_grad():

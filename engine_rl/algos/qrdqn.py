@@ -18,8 +18,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
+from engine_rl.algos.dqn import TRANSITION_KEYS, read_transition
 from engine_rl.checks import fraction, positive_int, positive_number
-from engine_rl.keys import require_keys
 
 __all__ = ["QRDQNLoss", "QuantileMean", "quantile_huber", "quantile_midpoints"]
 
@@ -146,7 +146,7 @@ class QRDQNLoss(nn.Module):
         ValueError: QRDQNLoss: qnet must output num_actions x num_quantiles = 2 x 4 = 8 values per observation (read as [batch, 2, 4]), got 6 (its last layer: Linear(in_features=8, out_features=6, bias=True))
     """
 
-    in_keys = ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated")]
+    in_keys = list(TRANSITION_KEYS)
 
     def __init__(
         self,
@@ -194,21 +194,10 @@ class QRDQNLoss(nn.Module):
         return out.reshape(*out.shape[:-1], self.num_actions, self.num_quantiles)
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
-        try:
-            obs = sample["observation"]
-            action = sample["action"]
-            next_obs = sample["next", "observation"]
-            reward = sample["next", "reward"]
-            terminated = sample["next", "terminated"]
-        except KeyError:
-            require_keys(sample, self.in_keys, consumer="QRDQNLoss")  # raises, naming the missing keys
-            raise
+        obs, action, next_obs, reward, discount = read_transition(sample, gamma=self.gamma, consumer="QRDQNLoss")
         n = self.num_quantiles
-        action = action.long().reshape(-1, 1, 1).expand(-1, 1, n)
-        reward = reward.float().reshape(-1, 1)
-        discount = sample.get(("next", "discount"), None)  # n-step rows: gamma^k, 0 after a terminal
-        if discount is None:
-            discount = self.gamma * (terminated.reshape(-1) == 0).float()  # bool or 0/1 flags
+        action = action.reshape(-1, 1, 1).expand(-1, 1, n)
+        reward = reward.reshape(-1, 1)
         discount = discount.float().reshape(-1, 1)
 
         theta = self.quantiles(self.qnet, obs).gather(1, action).squeeze(1)  # theta_i(s, a): [B, N]
