@@ -7,13 +7,24 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-__all__ = ["MASK_KEY", "NestedKey", "flatten_keys", "format_key", "nest_keys", "present_keys", "require_keys"]
+__all__ = [
+    "IS_INIT", "MASK_KEY", "NEXT_RECURRENT_STATE", "RECURRENT_STATE", "NestedKey", "flatten_keys", "format_key",
+    "nest_keys", "present_keys", "recurrent_state_shape", "refuse_recurrent", "require_keys",
+]
 
 NestedKey = str | tuple[str, ...]
 
 #: Optional boolean entry of a batch, shaped like it, marking its valid frames: the trainer counts
 #: only those, a replay buffer stores only those (and never stores the mask itself).
 MASK_KEY = ("collector", "mask")
+
+#: A recurrent policy's state at each step, float32 ``[..., *recurrent_state_shape]``: the state it acted
+#: from (zeros where an episode starts). :mod:`engine_rl.collectors.memory` says who writes what.
+RECURRENT_STATE = "recurrent_state"
+#: Bool ``[...]``: this step's observation is the first of its episode (a recurrent policy starts from zeros).
+IS_INIT = "is_init"
+#: A recurrent policy's state after its step (carried by the collector to the next step, not stored).
+NEXT_RECURRENT_STATE = ("next", "recurrent_state")
 
 
 def format_key(key: NestedKey) -> str:
@@ -70,3 +81,20 @@ def flatten_keys(nested: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dic
         else:
             flat[(*prefix, name)] = value
     return flat
+
+
+def recurrent_state_shape(policy: Any) -> tuple[int, ...] | None:
+    """A policy's ``recurrent_state_shape`` (one env copy's state) as a tuple; ``None`` for a
+    feed-forward policy (it has no such attribute)."""
+    shape = getattr(policy, "recurrent_state_shape", None)
+    return None if shape is None else tuple(int(d) for d in shape)
+
+
+def refuse_recurrent(module: Any, *, owner: str, use: str) -> None:
+    """A ``ValueError`` naming ``owner`` when ``module`` is a recurrent policy (what ``owner`` does
+    not support); ``use`` says what to do instead."""
+    if recurrent_state_shape(module) is not None:
+        raise ValueError(
+            f"{owner}: {type(module).__name__} is a recurrent policy (recurrent_state_shape "
+            f"{recurrent_state_shape(module)}), which {owner} does not support; {use}"
+        )

@@ -44,6 +44,9 @@ class GAEAdvantage:
 
     Args:
         value_fn: observations ``[..., obs_dim]`` -> values ``[...]`` (e.g. ``policy.value``).
+        batch_values: instead of ``value_fn``, the batch -> ``(V(s), V(s'))``, each ``[num_envs, T]``
+            (``policy.batch_values``: what a recurrent policy needs, whose values depend on the
+            stored state as well; the feed-forward policies have it too).
         gamma: discount factor.
         lmbda: GAE lambda.
         normalize_advantage: standardize the advantages over the whole batch (PPOLoss can do
@@ -65,18 +68,23 @@ class GAEAdvantage:
 
     def __init__(
         self,
-        value_fn: Callable[[torch.Tensor], torch.Tensor],
+        value_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
         *,
+        batch_values: Callable[[TensorDictBase], tuple[torch.Tensor, torch.Tensor]] | None = None,
         gamma: float,
         lmbda: float,
         normalize_advantage: bool = False,
     ) -> None:
-        if not callable(value_fn):
-            raise TypeError(f"GAEAdvantage: argument value_fn must be callable, got {type(value_fn).__name__}")
+        if (value_fn is None) == (batch_values is None):
+            raise TypeError("GAEAdvantage: give exactly one of value_fn (observations -> values) and batch_values")
+        given, name = (value_fn, "value_fn") if value_fn is not None else (batch_values, "batch_values")
+        if not callable(given):
+            raise TypeError(f"GAEAdvantage: argument {name} must be callable, got {type(given).__name__}")
         for name, value in (("gamma", gamma), ("lmbda", lmbda)):
             if not (is_number(value) and 0.0 <= value <= 1.0):
                 fail(value, "in [0, 1]", name=f"argument {name}", owner="GAEAdvantage")
         self.value_fn = value_fn
+        self.batch_values = batch_values
         self.gamma = float(gamma)
         self.lmbda = float(lmbda)
         self.normalize_advantage = normalize_advantage
@@ -90,10 +98,13 @@ class GAEAdvantage:
                 f"got {tuple(batch.batch_size)}"
             )
         require_keys(batch, self.in_keys, consumer="GAEAdvantage")
-        obs, next_obs = batch["observation"], batch[_NEXT_OBS]
         n, t = batch.batch_size
-        values = self.value_fn(torch.cat([obs, next_obs])).reshape(2 * n, t)  # one forward for V(s) and V(s')
-        value, next_value = values[:n], values[n:]
+        if self.batch_values is not None:
+            value, next_value = self.batch_values(batch)
+        else:
+            obs, next_obs = batch["observation"], batch[_NEXT_OBS]
+            values = self.value_fn(torch.cat([obs, next_obs])).reshape(2 * n, t)  # one forward for V(s) and V(s')
+            value, next_value = values[:n], values[n:]
         advantage, target = gae(
             batch[_REWARD].reshape(n, t), value, next_value, batch[_TERMINATED].reshape(n, t),
             batch[_DONE].reshape(n, t), gamma=self.gamma, lmbda=self.lmbda,

@@ -34,10 +34,16 @@ class MinibatchSampler:
     whole batch, the sample is the batch itself (order does not change a mean loss), with no
     gather. Permutations come from the sampler's own generator, saved in :meth:`state_dict`.
 
+    With ``whole_rows`` the items are the batch's env rows, each kept whole: a minibatch is
+    ``batch_size // T`` rows ``[rows, T]`` of consecutive steps (a recurrent policy replays each
+    from its stored state, as sb3-contrib's and CleanRL's recurrent PPO do), so ``batch_size``
+    must be a multiple of ``T``.
+
     Args:
-        batch_size: items per minibatch.
+        batch_size: items (frames) per minibatch.
         keys: entries to keep in the samples (e.g. ``loss.in_keys``); ``None``: all.
         seed: the generator's seed (``None``: drawn from torch's global generator).
+        whole_rows: serve whole env rows instead of single frames.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -56,8 +62,13 @@ class MinibatchSampler:
         True
     """
 
-    def __init__(self, batch_size: int, *, keys: Sequence[NestedKey] | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self, batch_size: int, *, keys: Sequence[NestedKey] | None = None, seed: int | None = None,
+        whole_rows: bool = False,
+    ) -> None:
         self.batch_size = positive_int(batch_size, name="argument batch_size", owner="MinibatchSampler")
+        self.whole_rows = bool(whole_rows)
+        self._items = self.batch_size  # items per minibatch: frames, or rows with whole_rows
         self.keys = list(keys) if keys is not None else None
         if seed is None:
             seed = int(torch.randint(2**62, ()).item())
@@ -73,14 +84,23 @@ class MinibatchSampler:
         """Minibatches in one pass over the current batch (0 before the first batch)."""
         if self._flat is None:
             return 0
-        return max(self._flat.shape[0] // self.batch_size, 1)
+        return max(self._flat.shape[0] // self._items, 1)
 
     def _load(self, batch: TensorDictBase, batch_id: int) -> None:
         self._source = batch
         if self.keys is not None:
             require_keys(batch, self.keys, consumer="MinibatchSampler")
             batch = batch.select(*self.keys)
-        self._flat = batch.reshape(-1)
+        if self.whole_rows:
+            if batch.batch_dims != 2 or self.batch_size % batch.shape[1]:
+                raise ValueError(
+                    f"MinibatchSampler: whole_rows needs a [num_envs, T] batch and a batch_size that is a multiple "
+                    f"of T; got batch shape {tuple(batch.shape)} and batch_size {self.batch_size}"
+                )
+            self._items = self.batch_size // batch.shape[1]
+            self._flat = batch
+        else:
+            self._flat = batch.reshape(-1)
         self._batch_id = batch_id
         self.reshuffle()
 
@@ -88,7 +108,7 @@ class MinibatchSampler:
         """Start a new pass with a new permutation."""
         self._next = 0
         flat = self._flat
-        if flat is None or flat.shape[0] <= self.batch_size:
+        if flat is None or flat.shape[0] <= self._items:
             self._shuffled = flat
             return
         perm = torch.randperm(flat.shape[0], generator=self._generator)
@@ -102,9 +122,9 @@ class MinibatchSampler:
             self.reshuffle()
         i = self._next
         self._next += 1
-        if self._shuffled.shape[0] <= self.batch_size:
+        if self._shuffled.shape[0] <= self._items:
             return self._shuffled
-        return self._shuffled[i * self.batch_size : (i + 1) * self.batch_size]
+        return self._shuffled[i * self._items : (i + 1) * self._items]
 
     def _on_sample_requested(self, engine: Engine) -> None:
         state = engine.state

@@ -15,7 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from engine_rl.checks import fraction
-from engine_rl.keys import require_keys
+from engine_rl.keys import refuse_recurrent, require_keys
 
 __all__ = ["QValuePolicy", "DQNLoss", "TRANSITION_KEYS", "read_transition"]
 
@@ -121,6 +121,7 @@ class DQNLoss(nn.Module):
         loss: str = "huber",
     ) -> None:
         super().__init__()
+        refuse_recurrent(qnet, owner="DQNLoss", use="its Q network sees one observation (recurrent policies are PPO's: PPOLoss)")
         fraction(gamma, name="gamma", owner="DQNLoss")
         if loss not in ("huber", "mse"):
             raise ValueError(f"DQNLoss: loss must be 'huber' or 'mse', got {loss!r}")

@@ -132,15 +132,19 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
     def forward(self, td: TensorDictBase) -> TensorDictBase:
         """Act: write ``"action"`` (and ``"log_prob"`` unless deterministic) for
         ``td["observation"]``; returns ``td``. The critic does not run."""
-        obs = self.features(td["observation"])
-        params = self.actor(obs)
-        if self.deterministic:
-            td.set("action", self._mode(params))
-        else:
-            action, log_prob = self._sample(params)
-            td.set("action", action)
+        action, log_prob = self.act(self.features(td["observation"]))
+        td.set("action", action)
+        if log_prob is not None:
             td.set("log_prob", log_prob)
         return td
+
+    def act(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(action, log_prob)`` from what the actor reads (:meth:`features`); ``log_prob`` is
+        ``None`` for a deterministic policy, which acts with the distribution's mode."""
+        params = self.actor(features)
+        if self.deterministic:
+            return self._mode(params), None
+        return self._sample(params)
 
     def evaluate(
         self, observation: torch.Tensor, action: torch.Tensor
@@ -156,6 +160,14 @@ class ActorCritic(nn.Module, metaclass=abc.ABCMeta):
     def value(self, observation: torch.Tensor) -> torch.Tensor:
         """``V(observation)``, one value per observation (shape: the batch dimensions)."""
         return self._critic(self.features(observation))
+
+    def batch_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(V(s), V(s'))`` of a collected ``[num_envs, T]`` batch: its ``"observation"`` and
+        ``("next", "observation")``, in one forward (what :class:`handlers.advantage.GAEAdvantage` calls)."""
+        obs, next_obs = batch["observation"], batch["next", "observation"]
+        n, t = batch.batch_size
+        values = self.value(torch.cat([obs, next_obs])).reshape(2 * n, t)
+        return values[:n], values[n:]
 
     def greedy(self) -> ActorCritic:
         """The deterministic policy: shares the networks and normalizer, not the flags or RNG."""

@@ -26,7 +26,7 @@ from engine_rl.algos.policies import (
 )
 from engine_rl.spaces import is_multi_discrete
 
-__all__ = ["make_actor_critic"]
+__all__ = ["action_family", "action_outputs", "make_actor_critic", "ppo_init"]
 
 KINDS = ("auto", "categorical", "gaussian")
 """Accepted values of :func:`make_actor_critic`'s ``kind``."""
@@ -89,10 +89,10 @@ def make_actor_critic(
                          "(pixels are scaled to [0, 1]; set normalize_observations=false)")
     family = action_family(action_space, kind, owner=owner)
     obs_dim = encoder.features if encoder is not None else int(observation_space.shape[0])
-    actor_net = mlp(obs_dim, _action_outputs(action_space, family), hidden, activation=activation)
+    actor_net = mlp(obs_dim, action_outputs(action_space, family), hidden, activation=activation)
     critic = mlp(obs_dim, 1, hidden, activation=activation)
     if ortho_init:
-        _ppo_init(actor_net, critic, encoder)
+        ppo_init(actor_net, critic, encoder)
     normalizer = Normalizer((obs_dim,), clip=obs_clip) if normalize_observations else None
     if family == "categorical":
         policy_cls, actor = CategoricalActorCritic, actor_net
@@ -134,7 +134,7 @@ def action_family(action_space: gym.Space, kind: str = "auto", *, owner: str = "
     return "categorical" if discrete else "multi_categorical" if multi else "gaussian"
 
 
-def _action_outputs(action_space: gym.Space, family: str) -> int:
+def action_outputs(action_space: gym.Space, family: str) -> int:
     """Width of the actor's output: logits per option (all dimensions'), or the mean per dimension."""
     if family == "categorical":
         return int(action_space.n)
@@ -143,7 +143,7 @@ def _action_outputs(action_space: gym.Space, family: str) -> int:
     return int(action_space.shape[0])
 
 
-def _ppo_init(actor_net: nn.Module, critic: nn.Module, encoder: nn.Module | None) -> None:
+def ppo_init(actor_net: nn.Module, critic: nn.Module, encoder: nn.Module | None) -> None:
     """Orthogonal init, PPO's gains: 0.01 for the policy head, 1 for the value head, sqrt 2 elsewhere;
     a Dict encoder's user-given modules are left as they are."""
     orthogonal_init_(actor_net, last_gain=0.01)

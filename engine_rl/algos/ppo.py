@@ -2,8 +2,9 @@
 
 Reads a minibatch holding ``"observation"``, ``"action"``, ``"log_prob"`` (of the acting
 policy), ``"advantage"`` and ``"value_target"`` (from :func:`engine_rl.algos.gae.gae`, computed
-once per batch by :class:`handlers.advantage.GAEAdvantage`) and, to clip the value loss,
-``"state_value"``. Returns a TensorDict whose ``loss_*`` entries the trainer sums and
+once per batch by :class:`handlers.advantage.GAEAdvantage`), to clip the value loss
+``"state_value"``, and what a recurrent policy's ``evaluate`` reads besides (its ``memory_keys``:
+``"recurrent_state"`` and ``"is_init"`` of whole ``[rows, T]`` sequences, :mod:`engine_rl.algos.recurrent`). Returns a TensorDict whose ``loss_*`` entries the trainer sums and
 optimizes, plus diagnostics under other keys: ``approx_kl``, ``clip_fraction``, ``entropy``.
 """
 
@@ -86,10 +87,12 @@ class PPOLoss(nn.Module):
         self.value_coef = nonnegative_number(value_coef, name="argument value_coef", owner="PPOLoss")
         self.entropy_coef = nonnegative_number(entropy_coef, name="argument entropy_coef", owner="PPOLoss")
         self.normalize_advantage = normalize_advantage
+        #: What the policy's ``evaluate`` reads besides observations and actions (a recurrent one's state and episode starts).
+        self.memory_keys: tuple[str, ...] = tuple(getattr(policy, "memory_keys", ()))
 
     @property
     def in_keys(self) -> list[str]:
-        keys = ["observation", "action", "log_prob", "advantage", "value_target"]
+        keys = ["observation", "action", "log_prob", "advantage", "value_target", *self.memory_keys]
         return keys + (["state_value"] if self.value_clip is not None else [])
 
     def forward(self, sample: TensorDictBase) -> TensorDictBase:
@@ -100,6 +103,7 @@ class PPOLoss(nn.Module):
             advantage = sample["advantage"]
             value_target = sample["value_target"]
             old_value = sample["state_value"] if self.value_clip is not None else None
+            memory = {key: sample[key] for key in self.memory_keys}
         except KeyError:
             require_keys(sample, self.in_keys, consumer="PPOLoss")  # raises, naming the missing keys
             raise
@@ -107,7 +111,7 @@ class PPOLoss(nn.Module):
             std, mean = torch.std_mean(advantage)
             advantage = (advantage - mean) / (std + 1e-8)
 
-        log_prob, entropy, value = self.policy.evaluate(obs, action)
+        log_prob, entropy, value = self.policy.evaluate(obs, action, **memory)
 
         log_ratio = log_prob - old_log_prob
         ratio = log_ratio.exp()

@@ -20,6 +20,7 @@ from torch import nn
 
 from engine_rl.algos.dqn import TRANSITION_KEYS, read_transition
 from engine_rl.checks import fraction, positive_int, positive_number
+from engine_rl.keys import refuse_recurrent
 
 __all__ = ["QRDQNLoss", "QuantileMean", "quantile_huber", "quantile_midpoints"]
 
@@ -160,6 +161,7 @@ class QRDQNLoss(nn.Module):
         kappa: float = 1.0,
     ) -> None:
         super().__init__()
+        refuse_recurrent(qnet, owner="QRDQNLoss", use="its Q network sees one observation (recurrent policies are PPO's: PPOLoss)")
         positive_int(num_actions, name="num_actions", owner="QRDQNLoss")
         positive_int(num_quantiles, name="num_quantiles", owner="QRDQNLoss")
         fraction(gamma, name="gamma", owner="QRDQNLoss")

@@ -27,7 +27,7 @@ from engine_rl.collectors.step_cap import LONG_EPISODE_STEPS, warn_long_evaluati
 from engine_rl.collectors.stepper import GymStepper
 from engine_rl.envs.base import TorchEnv
 from engine_rl.finite import NonFiniteError
-from engine_rl.keys import NestedKey, format_key
+from engine_rl.keys import NestedKey, format_key, refuse_recurrent
 
 __all__ = ["run_episodes"]
 
@@ -86,6 +86,7 @@ def run_episodes(
     if isinstance(env, TorchEnv):
         if info_keys:
             raise ValueError(f"run_episodes: info_keys {tuple(info_keys)} need a gymnasium env; a TorchEnv reports no info")
+        refuse_recurrent(policy, owner="run_episodes on a TorchEnv", use="evaluate on a gymnasium vector env")
         return _run_torch_episodes(env, policy, num_episodes, seed)
     return _run_gym_episodes(env, policy, num_episodes, seed, device=device, info_keys=info_keys)
 

@@ -20,9 +20,13 @@ from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, s
 from engine_rl.collectors.errors import EnvError, failed_env_index
 from engine_rl.collectors.gym_envs import VecEnvSpec, vec_env_spec
 from engine_rl.collectors.info import INFO_KEY, InfoKeysSeen, check_info_keys, info_scalars
+from engine_rl.collectors.memory import PolicyMemory
 from engine_rl.collectors.observations import field_key, nest_paths, pick, stack_final
 from engine_rl.collectors.policy import Policy, policy_device
-from engine_rl.keys import NestedKey, flatten_keys, format_key, nest_keys, present_keys
+from engine_rl.keys import (
+    IS_INIT, NEXT_RECURRENT_STATE, RECURRENT_STATE, NestedKey, flatten_keys, format_key, nest_keys, present_keys,
+    recurrent_state_shape,
+)
 
 __all__ = ["GymStepper"]
 
@@ -127,6 +131,9 @@ class GymStepper:
         #: Vector steps taken (since construction or the state loaded by :meth:`load_state_dict`).
         self.steps = 0
         self._pending_rows: dict[NestedKey, torch.Tensor] = {}  # restored policy rows, see load_state_dict
+        shape = recurrent_state_shape(policy)
+        #: A recurrent policy's carried state (:mod:`engine_rl.collectors.memory`); ``None`` for a feed-forward one.
+        self.memory = None if shape is None else PolicyMemory(shape, num_envs=n, device=self.device)
         self._alloc_env(max(int(rows), 1))
 
     @property
@@ -154,6 +161,8 @@ class GymStepper:
         self._ep_length[:] = 0
         self._prev_done[:] = False
         self.done[:] = False
+        if self.memory is not None:
+            self.memory.reset()
 
     def step(self, row: int) -> None:
         """Run the policy and one vector env step, writing the results into staging ``row``."""
@@ -170,6 +179,13 @@ class GymStepper:
                 policy_obs_np[...] = value
             else:
                 policy_obs.copy_(torch.from_numpy(arrays[key][row]))
+        memory = self.memory
+        if memory is not None:
+            state, is_init = memory.inputs()
+            td.set(RECURRENT_STATE, state)
+            td.set(IS_INIT, is_init)
+            arrays[RECURRENT_STATE][row] = state.cpu().numpy()
+            arrays[IS_INIT][row] = memory.is_init
         out = self.policy(td)
         if out is None:
             out = td
@@ -199,6 +215,8 @@ class GymStepper:
         else:
             valid[...] = True
             self._ep_length += 1
+        if memory is not None:  # the next observation starts an episode after a reset step (next-step) or a done
+            memory.advance(out.get(NEXT_RECURRENT_STATE), episode_starts=~valid if self.next_step_autoreset else done)
         self._ep_return += reward
         arrays[(_NEXT, "episode_return")][row] = self._ep_return
         arrays[(_NEXT, "episode_length")][row] = self._ep_length
@@ -254,6 +272,7 @@ class GymStepper:
             "steps": self.steps,
             "valid": torch.from_numpy(self.valid[:rows].copy()),
             "rows": nest_keys({key: buf[:rows].clone() for key, buf in self.buffers.items()}),
+            "memory": None if self.memory is None else self.memory.state_dict(),
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -269,6 +288,12 @@ class GymStepper:
                 f"{self.owner}.load_state_dict: the state is for {state_dict['episode_return'].shape[0]} env copies, "
                 f"this env has {n}"
             )
+        memory = state_dict.get("memory")
+        if (memory is None) != (self.memory is None):
+            raise ValueError(
+                f"{self.owner}.load_state_dict: the state is from a {'feed-forward' if memory is None else 'recurrent'} "
+                f"policy, this one is {'feed-forward' if self.memory is None else 'recurrent'}"
+            )
         set_env_state(self.env, state_dict["env"])
         obs = state_dict["obs"]
         self._obs = None if obs is None else nest_paths(
@@ -278,6 +303,8 @@ class GymStepper:
         self._prev_done[:] = state_dict["prev_done"].numpy()
         self.done[:] = state_dict["done"].numpy()
         self.steps = int(state_dict["steps"])
+        if self.memory is not None:
+            self.memory.load_state_dict(memory)
         valid = state_dict["valid"].numpy()
         rows = valid.shape[0]
         self.grow(rows)
@@ -328,6 +355,9 @@ class GymStepper:
             self.buffers[key] = torch.zeros((rows, n), dtype=dtype)
         for key in self.info_keys:
             self.buffers[(*INFO_KEY, key)] = torch.full((rows, n), float("nan"))
+        if self.memory is not None:
+            self.buffers[RECURRENT_STATE] = torch.zeros((rows, n, *self.memory.shape))
+            self.buffers[IS_INIT] = torch.zeros((rows, n), dtype=torch.bool)
         self.valid = np.zeros((rows, n), dtype=bool)
         self._refresh_views()
 
@@ -349,9 +379,14 @@ class GymStepper:
                 f"{self.owner}: the policy's 'action' must have shape {expected} "
                 f"([num_envs, *action_shape]), got {tuple(action.shape)}"
             )
+        if self.memory is not None and NEXT_RECURRENT_STATE not in out.keys(include_nested=True):
+            raise KeyError(
+                f"{self.owner}: a recurrent policy (it has recurrent_state_shape) must write its state after the step "
+                f"under {NEXT_RECURRENT_STATE!r}; it wrote {present_keys(out)}"
+            )
         keys: list[NestedKey] = ["action"]
         for key in out.keys(include_nested=True, leaves_only=True):
-            if key == "action" or key in self.buffers or (key if isinstance(key, str) else key[0]) == "observation":
+            if key in ("action", NEXT_RECURRENT_STATE) or key in self.buffers or (key if isinstance(key, str) else key[0]) == "observation":
                 continue
             if isinstance(out.get(key), torch.Tensor):
                 keys.append(key)

@@ -28,7 +28,7 @@ from engine_rl.checks import fail, is_int
 from engine_rl.collectors.policy import Policy, policy_device
 from engine_rl.collectors.base import BatchCollector
 from engine_rl.envs.base import TorchEnv
-from engine_rl.keys import NestedKey, format_key, present_keys
+from engine_rl.keys import NestedKey, format_key, present_keys, refuse_recurrent
 
 __all__ = ["TorchEnvCollector"]
 
@@ -74,6 +74,7 @@ class TorchEnvCollector(BatchCollector):
             raise TypeError(f"TorchEnvCollector: env must be an engine_rl.envs.TorchEnv, got {type(env).__name__}")
         if not callable(policy):
             raise TypeError(f"TorchEnvCollector: policy must be callable, got {type(policy).__name__}")
+        refuse_recurrent(policy, owner="TorchEnvCollector", use="collect with GymCollector (env_backend 'gymnasium')")
         pdev = policy_device(policy)
         if isinstance(policy, nn.Module) and any(True for _ in policy.parameters()) and pdev != env.device:
             raise ValueError(

@@ -4,7 +4,7 @@ A recipe's ``wrappers`` field is a tuple of such names; :func:`parse_wrappers` t
 callable applied to every env copy, in order (innermost first), before vectorization. A name is
 a single-env wrapper class of ``gymnasium.wrappers`` or one of engine_rl's own (:data:`OWN_WRAPPERS`:
 ``FireOnLifeStart``, :mod:`engine_rl.collectors.atari`; ``EvaluationStepCap``,
-:mod:`engine_rl.collectors.step_cap`); keyword arguments, if any, are Python
+:mod:`engine_rl.collectors.step_cap`; ``MaskVelocity``, :mod:`engine_rl.collectors.partial_obs`); keyword arguments, if any, are Python
 literals. Nothing is evaluated: the text is parsed, never run.
 
 Examples:
@@ -32,6 +32,7 @@ import gymnasium as gym
 import gymnasium.wrappers
 
 from engine_rl.collectors.atari import FireOnLifeStart
+from engine_rl.collectors.partial_obs import MaskVelocity
 from engine_rl.collectors.step_cap import EvaluationStepCap
 
 __all__ = ["OWN_WRAPPERS", "apply_wrappers", "parse_wrappers", "wrapper_names"]
@@ -40,7 +41,7 @@ EnvWrapper = Callable[[gym.Env], gym.Env]
 
 #: engine_rl's wrappers that a ``wrappers`` entry may name beside gymnasium's.
 OWN_WRAPPERS: dict[str, type[gym.Wrapper]] = {
-    "FireOnLifeStart": FireOnLifeStart, "EvaluationStepCap": EvaluationStepCap,
+    "FireOnLifeStart": FireOnLifeStart, "EvaluationStepCap": EvaluationStepCap, "MaskVelocity": MaskVelocity,
 }
 
 

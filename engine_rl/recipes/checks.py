@@ -127,10 +127,11 @@ class FieldChecks:
         self._each(names, lambda v: is_number(v) and (0 <= v if zero else 0 < v) and v <= 1,
                    f"a number in {low}, 1]", optional)
 
-    def choice(self, name: str, options: tuple[str, ...]) -> None:
-        """One of ``options``."""
-        if getattr(self.config, name) not in options:
-            self.fail(name, f"one of {options}")
+    def choice(self, name: str, options: tuple[str, ...], *, optional: bool = False) -> None:
+        """One of ``options`` (or None when ``optional``)."""
+        value = getattr(self.config, name)
+        if not (value in options or (optional and value is None)):
+            self.fail(name, f"one of {options}" + (" or None" if optional else ""))
 
     def widths(self, *names: str) -> None:
         """Tuples of positive ints (hidden layer widths; empty: no hidden layer)."""

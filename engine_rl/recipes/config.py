@@ -151,6 +151,9 @@ def apply_overrides(config: Any, overrides: list[str] | dict[str, Any]) -> Any:
     changes: dict[str, Any] = {}
     for key, value in items:
         if key not in fields:
+            hint = getattr(cls, "absent_field_hints", {}).get(key)
+            if hint is not None:  # a field of other recipes: say where it is
+                raise ValueError(f"{owner}: unknown key {key!r}: {hint}")
             raise ValueError(f"{owner}: unknown key {key!r}; valid keys: {', '.join(sorted(fields))}")
         changes[key] = _coerce(key, value, hints[key], owner) if isinstance(value, str) else value
     return dataclasses.replace(config, **changes)

@@ -120,6 +120,12 @@ class RecipeConfig:
     #: What the recipe's algorithm takes of the env (None: any env that can be made); a class
     #: constant, not a field.
     env_needs: ClassVar[EnvNeeds | None] = None
+    #: What ``--set KEY=...`` of a field this recipe lacks but others have says (instead of listing the valid keys).
+    absent_field_hints: ClassVar[dict[str, str]] = {
+        key: "recurrent policies (core=lstm or gru) are PPO's: the ppo-lstm recipe, or --set core=lstm on "
+             "ppo-cartpole, ppo-atari or ppo-mujoco"
+        for key in ("core", "core_size", "critic_core")
+    }
 
     def __post_init__(self) -> None:
         """Checks the shared fields; the env itself is checked when the recipe is built (:meth:`check_env`)."""

@@ -26,6 +26,7 @@ from engine_rl.algos.compile import compile_loss
 from engine_rl.algos.optimizers import adam
 from engine_rl.algos.policy_factory import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
+from engine_rl.algos.recurrent import make_recurrent_actor_critic
 from engine_rl.device import resolve_device
 from engine_rl.engine import create_trainer
 from engine_rl.envs import TorchEnv
@@ -103,6 +104,17 @@ class PPOConfig(RecipeConfig):
     reported returns stay the env's own."""
     eval_every: int = 40
     """Evaluate every this many batches (and at the end of the run)."""
+    core: str | None = None
+    """A recurrent core between the features and the actor and critic MLPs: 'lstm' or 'gru' (None: a
+    feed-forward policy). Minibatches are then whole env rows of steps_per_env steps, so batch_size must
+    be a multiple of steps_per_env (``engine_rl.algos.recurrent``; the ppo-lstm recipe)."""
+    core_size: int = 64
+    """Units of the recurrent core (sb3-contrib's lstm_hidden_size: 256 by default, 64 in rl-zoo's
+    CartPoleNoVel values, 128 in its and CleanRL's Atari ones)."""
+    critic_core: str = "own"
+    """What the critic reads with a recurrent core: 'own' (a core of its own: sb3-contrib's
+    enable_critic_lstm=True, its default), 'shared' (the actor's: CleanRL's ppo_atari_lstm) or 'none'
+    (the features, no core: sb3-contrib's enable_critic_lstm=False, rl-zoo's Atari value)."""
 
     env_needs: ClassVar[EnvNeeds] = EnvNeeds(algo="ppo", actions="discrete, multidiscrete or box")
 
@@ -117,10 +129,30 @@ class PPOConfig(RecipeConfig):
         check.fractions("gae_lambda")
         check.finite("max_grad_norm", "log_std_init")
         check.bools("normalize_advantage", "ortho_init", "normalize_observations", "normalize_rewards", "clip_rewards")
+        self._check_core()
         if self.batch_size > self.frames_per_batch:
             raise ValueError(
                 f"PPOConfig: batch_size ({self.batch_size}) exceeds the frames per batch "
                 f"(num_envs * steps_per_env = {self.frames_per_batch})"
+            )
+
+    def _check_core(self) -> None:
+        """The recurrent fields: known values, minibatches of whole env rows, a gymnasium env."""
+        check = FieldChecks(self)
+        check.choice("core", ("gru", "lstm"), optional=True)
+        check.choice("critic_core", ("none", "own", "shared"))
+        check.positive_ints("core_size")
+        if self.core is None:
+            return
+        if self.batch_size % self.steps_per_env:
+            raise ValueError(
+                f"{type(self).__name__}: with core={self.core!r} a minibatch is whole env rows of steps_per_env="
+                f"{self.steps_per_env} steps, so batch_size must be a multiple of it; got batch_size {self.batch_size}"
+            )
+        if self.env_backend == "torch":
+            raise ValueError(
+                f"{type(self).__name__}: core={self.core!r} needs env_backend 'gymnasium' (its collector carries the "
+                "recurrent state; the torch envs' does not)"
             )
 
     @property
@@ -195,13 +227,17 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     observation_space, action_space = recipe_spaces(cfg)  # one copy's
     check_sizes(cfg, observation_space, action_space, device=device, networks=2, target=False)
     env = _make_env(cfg, cfg.num_envs, device)
+    options = dict(
+        hidden=cfg.hidden, activation=_ACTIVATIONS[cfg.activation], normalize_observations=cfg.normalize_observations,
+        log_std_init=cfg.log_std_init, ortho_init=cfg.ortho_init, seed=cfg.seed, owner=f"ppo ({env_label(cfg)})",
+    )
     try:
-        policy = make_actor_critic(
-            observation_space, action_space,
-            hidden=cfg.hidden, activation=_ACTIVATIONS[cfg.activation],
-            normalize_observations=cfg.normalize_observations, log_std_init=cfg.log_std_init,
-            ortho_init=cfg.ortho_init, seed=cfg.seed, owner=f"ppo ({env_label(cfg)})",
-        ).to(device)
+        if cfg.core is None:
+            policy = make_actor_critic(observation_space, action_space, **options).to(device)
+        else:
+            policy = make_recurrent_actor_critic(observation_space, action_space, core=cfg.core,
+                                                 core_size=cfg.core_size, critic_core=cfg.critic_core,
+                                                 **options).to(device)
     except ValueError:
         env.close()
         raise
@@ -235,9 +271,10 @@ def build_ppo(cfg: PPOConfig) -> Setup:
                   metric="lr").attach(trainer)
     FrameSchedule(loss, "clip_epsilon", start=cfg.clip_epsilon, end=cfg.clip_epsilon_end,
                   total_frames=cfg.total_frames).attach(trainer)
-    GAEAdvantage(policy.value, gamma=cfg.gamma, lmbda=cfg.gae_lambda).attach(trainer)
-    # optim steps
-    sampler = MinibatchSampler(cfg.batch_size, keys=loss.in_keys, seed=cfg.seed).attach(trainer)
+    GAEAdvantage(batch_values=policy.batch_values, gamma=cfg.gamma, lmbda=cfg.gae_lambda).attach(trainer)
+    # optim steps (a recurrent policy's minibatches are whole env rows, replayed from their stored state)
+    sampler = MinibatchSampler(cfg.batch_size, keys=loss.in_keys, seed=cfg.seed,
+                               whole_rows=cfg.core is not None).attach(trainer)
     if cfg.max_grad_norm > 0:
         GradClipper(policy, max_norm=cfg.max_grad_norm, error_if_nonfinite=clipper_checks).attach(trainer)
     if cfg.target_kl is not None:

@@ -1,6 +1,6 @@
 """Exact resume: 2N batches straight == N batches, checkpoint, a new process, load, N more (bitwise, CPU).
 
-Seeds: 1 to 12, one per case, in the arguments below, the suite's seed offset added (support.seeds).
+Seeds: 1 to 13, one per case, in the arguments below, the suite's seed offset added (support.seeds).
 """
 
 import dataclasses
@@ -70,8 +70,11 @@ ARGS = {
                        "--set", "optim_steps_per_batch=16", "--set", "hidden=(32,32)", "--set", "prioritized=true",
                        "--set", "dueling=true", "--set", "eval_every=2", "--set", "eval_episodes=2",
                        "--set", "num_envs=4", "--checkpoint-every", "2"],
+    # a recurrent policy: the collector's carried LSTM states and episode starts, sequences of whole env rows
+    "ppo-lstm": ["--frames", "1024", "--seed", seed_arg(13), "--set", "eval_every=2", "--set", "eval_episodes=2",
+                 "--set", "num_epochs=2", "--checkpoint-every", "1"],
 }
-HALF = {"dqn-cartpole n_step": 1024, "dqn-cartpole": 2048, "qrdqn-cartpole": 1024, "ppo-cartpole": 512, "ppo-mujoco": 2048,
+HALF = {"ppo-lstm": 512, "dqn-cartpole n_step": 1024, "dqn-cartpole": 2048, "qrdqn-cartpole": 1024, "ppo-cartpole": 512, "ppo-mujoco": 2048,
         "ppo-atari": 512, "dqn-cartpole Dict": 512,
         "sac-mujoco log_every": 300,
         "ppo-cartpole make_env": 512, "sac-pendulum Dict": 300, "dqn-cartpole torch": 1024, "sac-pendulum torch": 300}
@@ -101,6 +104,9 @@ def test_resume_in_a_new_process_is_bitwise_identical_to_a_straight_run(case, tm
     assert paused["checkpoint"].endswith(f"checkpoint_{half}.pt")
     if case == "dqn-cartpole n_step":  # paused mid-window: frames of open windows wait in the checkpoint
         assert torch.load(paused["checkpoint"], weights_only=True)["trainer.NStepTransitions"]["open"].any()
+    if case == "ppo-lstm":  # paused mid-episode: the LSTM states the envs act from next are in the checkpoint
+        memory = torch.load(paused["checkpoint"], weights_only=True)["collector"]["stepper"]["memory"]
+        assert memory["state"].shape == (8, 256) and memory["state"].abs().sum(1).gt(0).all()
     # config.json is data: the code it names (make_env, a module-prefixed env_id) runs when named again
     named_again = [part for flag, value in zip(args, args[1:])
                    if flag == "--set" and value.startswith(("make_env=", "env_id=support.")) for part in (flag, value)]

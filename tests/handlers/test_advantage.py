@@ -91,3 +91,21 @@ def test_errors_name_the_handler():
     del batch["next", "terminated"]
     with pytest.raises(KeyError, match=r"GAEAdvantage needs key\(s\) \['next.terminated'\]"):
         handler.compute(batch)
+
+
+def test_batch_values_replace_the_observation_value_function():
+    from tensordict import TensorDict
+
+    batch = TensorDict({
+        "observation": torch.zeros(1, 3, 2), ("next", "observation"): torch.zeros(1, 3, 2),
+        ("next", "reward"): torch.ones(1, 3),
+        ("next", "terminated"): torch.tensor([[False, False, True]]),
+        ("next", "done"): torch.tensor([[False, False, True]])}, [1, 3])
+    by_batch = GAEAdvantage(batch_values=lambda b: (torch.zeros(1, 3), torch.full((1, 3), 2.0)), gamma=0.5, lmbda=1.0)
+    # V(s) = 0, V(s') = 2: delta = 1 + 0.5 * 2 = 2 where the episode goes on, 1 at the terminal;
+    # lambda 1: A_t = delta_t + 0.5 * A_t+1
+    assert by_batch.compute(batch)["advantage"].tolist() == [[3.25, 2.5, 1.0]]
+    for kwargs in ({}, {"value_fn": lambda obs: obs.sum(-1), "batch_values": lambda b: b}):
+        with pytest.raises(TypeError, match=r"^GAEAdvantage: give exactly one of value_fn \(observations -> values\) "
+                                            r"and batch_values$"):
+            GAEAdvantage(**kwargs, gamma=0.9, lmbda=0.9)

@@ -91,3 +91,33 @@ def test_fires_on_the_named_events():
     sampler.attach(trainer)
     assert trainer.has_event_handler(sampler._on_sample_requested, RLEvents.SAMPLE_REQUESTED)
     assert trainer.has_event_handler(sampler._on_epoch_done, RLEvents.EPOCH_DONE)
+
+
+def test_whole_rows_serve_each_env_row_whole_and_cover_the_batch_each_epoch():
+    from tensordict import TensorDict
+    from engine_rl import create_trainer
+
+    w = torch.nn.Parameter(torch.zeros(()))
+    batch = TensorDict({"x": torch.arange(24.0).reshape(4, 6)}, [4, 6])  # 4 env rows of 6 steps
+    seen = []
+
+    def loss(td):
+        seen.append(td["x"].clone())
+        return {"loss": w * td["x"].sum()}
+
+    trainer = create_trainer([batch], loss, torch.optim.SGD([w], lr=0.0), num_epochs=2, optim_steps_per_batch=2)
+    MinibatchSampler(12, seed=0, whole_rows=True).attach(trainer)
+    trainer.run(max_epochs=1)
+    assert [tuple(s.shape) for s in seen] == [(2, 6)] * 4
+    for sample in seen:  # rows are consecutive steps of one env copy
+        assert all(row.tolist() == [row[0].item() + i for i in range(6)] and row[0] % 6 == 0 for row in sample)
+    assert sorted(r[0].item() for s in seen[:2] for r in s) == sorted(r[0].item() for s in seen[2:] for r in s) == [0, 6, 12, 18]
+
+
+def test_whole_rows_need_a_batch_size_that_is_a_multiple_of_the_rows_length():
+    from tensordict import TensorDict
+
+    sampler = MinibatchSampler(10, whole_rows=True)
+    with pytest.raises(ValueError, match=r"^MinibatchSampler: whole_rows needs a \[num_envs, T\] batch and a batch_size "
+                                         r"that is a multiple of T; got batch shape \(4, 6\) and batch_size 10$"):
+        sampler._load(TensorDict({"x": torch.zeros(4, 6)}, [4, 6]), 1)

@@ -69,3 +69,23 @@ def test_env_spaces_are_the_wrapped_ones():
     assert env_spaces("Blackjack-v1")[0] == gym.spaces.Tuple((gym.spaces.Discrete(32), gym.spaces.Discrete(11),
                                                                gym.spaces.Discrete(2)))
     assert env_spaces("Blackjack-v1", wrappers=("FlattenObservation",))[0].shape == (45,)
+
+
+def test_mask_velocity_by_name_zeroes_cartpoles_velocities_and_takes_indices_for_other_envs():
+    import gymnasium as gym
+    import numpy as np
+
+    from engine_rl.collectors.wrappers import apply_wrappers, parse_wrappers
+
+    env = apply_wrappers(gym.make("CartPole-v1"), parse_wrappers(("MaskVelocity",)))
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        assert obs[1] == 0 and obs[3] == 0 and obs[0] != 0 and obs[2] != 0
+        obs, *_ = env.step(1)
+    acrobot = apply_wrappers(gym.make("Acrobot-v1"), parse_wrappers(("MaskVelocity(indices=(4, 5))",)))
+    obs, _ = acrobot.reset(seed=0)
+    assert np.all(obs[4:] == 0) and np.any(obs[:4] != 0)
+    with pytest.raises(ValueError, match=r"MaskVelocity: no velocity indices known for env id 'Acrobot-v1'"):
+        apply_wrappers(gym.make("Acrobot-v1"), parse_wrappers(("MaskVelocity",)), owner="demo")
+    with pytest.raises(ValueError, match=r"MaskVelocity: indices must be entries of the 4-dim observation, got \(4,\)"):
+        apply_wrappers(gym.make("CartPole-v1"), parse_wrappers(("MaskVelocity(indices=(4,))",)))
