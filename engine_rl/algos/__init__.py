@@ -11,6 +11,7 @@ from engine_rl.algos.multi_discrete import MultiCategoricalActorCritic
 from engine_rl.algos.policy_factory import make_actor_critic
 from engine_rl.algos.ppo import PPOLoss
 from engine_rl.algos.qrdqn import QRDQNLoss, QuantileMean
+from engine_rl.algos.recurrent import RecurrentActorCritic, make_recurrent_actor_critic
 from engine_rl.algos.sac import QEnsemble, SACLoss
 from engine_rl.algos.td3 import TanhActor, TD3Loss
 
@@ -18,6 +19,6 @@ __all__ = [
     "ActorCritic", "CategoricalActorCritic", "DQNLoss", "DeterministicActor", "DictEncoder", "DuelingHead",
     "EpsilonGreedy", "GaussianActor", "GaussianActorCritic", "GaussianNoise", "LinearSchedule",
     "MultiCategoricalActorCritic", "NatureCNN", "PPOLoss", "QEnsemble", "QRDQNLoss", "QValuePolicy", "QuantileMean",
-    "RandomWarmup", "SACLoss", "TD3Loss", "TanhActor", "TanhGaussianActor", "dueling_mlp", "gae",
-    "make_actor_critic", "make_encoder", "mlp",
+    "RandomWarmup", "RecurrentActorCritic", "SACLoss", "TD3Loss", "TanhActor", "TanhGaussianActor", "dueling_mlp", "gae",
+    "make_actor_critic", "make_encoder", "make_recurrent_actor_critic", "mlp",
 ]

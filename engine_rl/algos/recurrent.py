@@ -56,26 +56,43 @@ def _state_size(core: nn.RNNBase | None) -> int:
 
 
 def core_step(core: nn.RNNBase, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step of a one-layer ``core`` on inputs ``x [B, F]`` from flat states ``[B, S]``:
-    ``(output [B, H], state after [B, S])``."""
+    """``core`` along ``x [B, L, F]`` (``L`` steps, or ``x [B, F]`` for one) from flat states ``[B, S]``:
+    ``(outputs [B, L, H] (or [B, H]), state after the last step [B, S])``."""
+    seq = x.unsqueeze(1) if x.ndim == 2 else x
+    seq = seq.transpose(0, 1)  # time-major, as nn.LSTM / nn.GRU take it
     if isinstance(core, nn.LSTM):
         h, c = state.chunk(2, dim=-1)
-        out, (h, c) = core(x.unsqueeze(0), (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()))
-        return out[0], torch.cat([h[0], c[0]], dim=-1)
-    out, h = core(x.unsqueeze(0), state.unsqueeze(0).contiguous())
-    return out[0], h[0]
+        out, (h, c) = core(seq, (h.unsqueeze(0).contiguous(), c.unsqueeze(0).contiguous()))
+        state = torch.cat([h[0], c[0]], dim=-1)
+    else:
+        out, h = core(seq, state.unsqueeze(0).contiguous())
+        state = h[0]
+    out = out.transpose(0, 1)
+    return (out[:, 0] if x.ndim == 2 else out), state
 
 
-def unroll(core: nn.RNNBase, x: torch.Tensor, state: torch.Tensor, is_init: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run ``core`` along ``x [B, T, F]`` from ``state [B, S]``, zeroing a row's state before each
-    step where ``is_init [B, T]`` is True; returns ``(outputs [B, T, H], states after each step [B, T, S])``."""
+def unroll(
+    core: nn.RNNBase, x: torch.Tensor, state: torch.Tensor, is_init: torch.Tensor
+) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+    """Run ``core`` along ``x [B, T, F]`` from ``state [B, S]``, a row's state set to zeros before each
+    step where ``is_init [B, T]`` is True.
+
+    The time axis is cut where any row starts an episode; each piece runs in one call of the core
+    (the same maths as step by step, in as many calls as there are episode starts plus one).
+
+    Returns:
+        ``(outputs [B, T, H], ends, states)``: ``ends`` the last step of each piece, ``states [B, len(ends), S]``
+        the state after each of them (where a next observation's value is read from).
+    """
+    cuts = (is_init[:, 1:].any(dim=0).nonzero().squeeze(1) + 1).tolist()  # one host sync per sequence batch
+    starts, stops = [0, *cuts], [*cuts, x.shape[1]]
     outputs, states = [], []
-    for t in range(x.shape[1]):
-        state = state.masked_fill(is_init[:, t, None], 0.0)
-        out, state = core_step(core, x[:, t], state)
+    for start, stop in zip(starts, stops, strict=True):
+        state = state.masked_fill(is_init[:, start, None], 0.0)
+        out, state = core_step(core, x[:, start:stop], state)
         outputs.append(out)
         states.append(state)
-    return torch.stack(outputs, dim=1), torch.stack(states, dim=1)
+    return torch.cat(outputs, dim=1), [stop - 1 for stop in stops], torch.stack(states, dim=1)
 
 
 class RecurrentActorCritic(nn.Module):
@@ -193,18 +210,18 @@ class RecurrentActorCritic(nn.Module):
 
     # -- training -------------------------------------------------------------------------
     def _sequences(self, observation: torch.Tensor, recurrent_state: torch.Tensor, is_init: torch.Tensor):
-        """Actor outputs, critic inputs and the critic's states after each step, for ``[B, T]`` sequences."""
+        """Actor outputs and critic inputs ``[B, T, ...]`` of sequences, and the critic core's
+        ``(ends, states)`` (:func:`unroll`; ``None`` for a critic with no core)."""
         b, t = is_init.shape
         x = self.features(observation.flatten(0, 1)).unflatten(0, (b, t))
         start = recurrent_state[:, 0]
-        actor_out, actor_states = unroll(self.core, x, start[:, : self._actor_size], is_init)
+        actor_out, ends, actor_states = unroll(self.core, x, start[:, : self._actor_size], is_init)
         if self.critic_core == "own":
-            critic_in, critic_states = unroll(self.own_core, x, start[:, self._actor_size :], is_init)
-        elif self.critic_core == "shared":
-            critic_in, critic_states = actor_out, actor_states
-        else:
-            critic_in, critic_states = x, None
-        return actor_out, critic_in, critic_states
+            critic_in, ends, critic_states = unroll(self.own_core, x, start[:, self._actor_size :], is_init)
+            return actor_out, critic_in, (ends, critic_states)
+        if self.critic_core == "shared":
+            return actor_out, actor_out, (ends, actor_states)
+        return actor_out, x, None
 
     def evaluate(
         self, observation: torch.Tensor, action: torch.Tensor, *, recurrent_state: torch.Tensor, is_init: torch.Tensor
@@ -224,19 +241,26 @@ class RecurrentActorCritic(nn.Module):
     @torch.no_grad()
     def batch_values(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``(V(s), V(s'))`` of a collected ``[num_envs, T]`` batch, each ``[num_envs, T]``: the
-        critic run along each row from its stored state; ``V(s')`` from the state after the step."""
+        critic run along each row from its stored state.
+
+        ``V(s')`` of a step is the next step's ``V(s)`` where no row starts an episode there (the same
+        observation, from the same state); at the others (episode ends, the last step) the critic
+        reads ``("next", "observation")`` from the state after the step."""
         require_keys(batch, ["observation", ("next", "observation"), RECURRENT_STATE, IS_INIT],
                      consumer="RecurrentActorCritic.batch_values")
-        _, critic_in, critic_states = self._sequences(batch["observation"], batch[RECURRENT_STATE], batch[IS_INIT])
+        _, critic_in, core_states = self._sequences(batch["observation"], batch[RECURRENT_STATE], batch[IS_INIT])
         value = self._value(critic_in)
         next_obs = batch["next", "observation"]
-        b, t = batch.batch_size
-        next_x = self.features(next_obs.flatten(0, 1))
-        if critic_states is None:  # a feed-forward critic
-            return value, self._value(next_x).reshape(b, t)
+        if core_states is None:  # a feed-forward critic: every V(s') from the features
+            b, t = batch.batch_size
+            return value, self._value(self.features(next_obs.flatten(0, 1))).reshape(b, t)
+        ends, states = core_states
+        next_x = self.features(next_obs[:, ends].flatten(0, 1))
         core = self.own_core if self.critic_core == "own" else self.core
-        next_in, _ = core_step(core, next_x, critic_states.flatten(0, 1))
-        return value, self._value(next_in).reshape(b, t)
+        next_in, _ = core_step(core, next_x, states.flatten(0, 1))
+        next_value = torch.cat([value[:, 1:], value[:, :1]], dim=1)  # V(s_t+1) for t < T - 1
+        next_value[:, ends] = self._value(next_in).reshape(len(value), len(ends))
+        return value, next_value
 
     def value(self, observation: torch.Tensor) -> torch.Tensor:
         raise TypeError(

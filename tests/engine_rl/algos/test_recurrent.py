@@ -77,8 +77,12 @@ def test_the_gradient_flows_back_through_time_until_an_episode_start():
 @pytest.mark.parametrize("critic_core", ["own", "shared", "none"])
 def test_batch_values_read_next_observations_from_the_state_after_the_step(critic_core):
     policy = make_recurrent_actor_critic(BOX, TWO, core="lstm", core_size=6, critic_core=critic_core, seed=0)
-    obs, next_obs = torch.randn(2, 4, 3), torch.randn(2, 4, 3)
+    obs = torch.randn(2, 4, 3)
     is_init = torch.tensor([[1, 0, 0, 1], [1, 0, 1, 0]]).bool()
+    # as collected: the next observation is the next step's where the episode goes on, a final one where it ends
+    next_obs = torch.randn(2, 4, 3)
+    goes_on = ~is_init[:, 1:]
+    next_obs[:, :3][goes_on] = obs[:, 1:][goes_on]
     states, actions, _ = _rollout(policy, obs, is_init)
     batch = TensorDict({"observation": obs, ("next", "observation"): next_obs, "recurrent_state": states,
                         "is_init": is_init}, [2, 4])
