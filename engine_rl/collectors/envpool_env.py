@@ -61,7 +61,7 @@ Examples:
     >>> envpool_task("Pong-v4")
     Traceback (most recent call last):
     ...
-    ValueError: envpool_task: env_backend 'envpool' needs an env_id EnvPool has: an Atari game as PongNoFrameskip-v4, ALE/Pong-v5 or Pong-v5; any other id of envpool.list_all_envs() (e.g. Hopper-v5, Hopper-v4, CartPole-v1); got 'Pong-v4' (close matches: Pong-v5, Pooyan-v5, Boxing-v5)
+    ValueError: envpool_task: env_backend 'envpool' needs an env_id EnvPool has: an Atari game as PongNoFrameskip-v4, ALE/Pong-v5 or Pong-v5; MuJoCo as Hopper-v5 or Hopper-v4; any other id of envpool.list_all_envs() (CartPole-v1, ...); got 'Pong-v4' (close matches: Pong-v5, Pooyan-v5, Boxing-v5)
 """
 
 from __future__ import annotations
@@ -80,7 +80,10 @@ from gymnasium.vector.utils import batch_space
 
 from engine_rl.collectors.atari import ATARI_WRAPPERS
 
-__all__ = ["ATARI_OPTIONS", "ENVPOOL_EXTRA", "EnvPoolVectorEnv", "envpool_spaces", "envpool_task", "make_envpool_env"]
+__all__ = [
+    "ATARI_OPTIONS", "ENVPOOL_EXTRA", "EnvPoolVectorEnv", "envpool_options", "envpool_spaces", "envpool_task", "fire_action",
+    "make_envpool_env",
+]
 
 #: The extra that installs EnvPool, as errors name it.
 ENVPOOL_EXTRA = "the EnvPool extra: pip install engine_rl[envpool] (envpool)"
@@ -93,8 +96,8 @@ ATARI_OPTIONS: dict[str, Any] = {
 }
 
 #: EnvPool options this module sets itself, never taken from ``env_kwargs``.
-_OWN_OPTIONS = frozenset({"num_envs", "batch_size", "seed", "env_seed", "gym_reset_return_info", "max_num_players",
-                          "base_path"})
+_OWN_OPTIONS = frozenset({"task", "num_envs", "batch_size", "seed", "env_seed", "gym_reset_return_info",
+                          "max_num_players", "base_path"})
 _SEED_RANGE = 2**31  # EnvPool's seeds are int32
 _GYM_ATARI = re.compile(r"(?:(?P<game>\w+)NoFrameskip-v4|ALE/(?P<v5>\w+)-v5)")
 
@@ -122,13 +125,14 @@ def envpool_task(env_id: str, *, owner: str = "envpool_task") -> tuple[str, dict
         return f"{match['game'] or match['v5']}-v5", {"repeat_action_probability": sticky}
     if env_id in known:
         return env_id, {}
-    game = re.sub(r"(NoFrameskip)?-v\d+$", "", str(env_id)).removeprefix("ALE/") or "Breakout"
+    game = re.sub(r"(NoFrameskip)?-v\d+$", "", str(env_id)).removeprefix("ALE/")
+    game = game if f"{game}-v5" in known and _is_atari_task(f"{game}-v5") else "Breakout"
     close = difflib.get_close_matches(str(env_id), known, n=3)
     hint = f" (close matches: {', '.join(close)})" if close else ""
     raise ValueError(
         f"{owner}: env_backend 'envpool' needs an env_id EnvPool has: an Atari game as {game}NoFrameskip-v4, "
-        f"ALE/{game}-v5 or {game}-v5; any other id of envpool.list_all_envs() (e.g. Hopper-v5, Hopper-v4, "
-        f"CartPole-v1); got {env_id!r}{hint}"
+        f"ALE/{game}-v5 or {game}-v5; MuJoCo as Hopper-v5 or Hopper-v4; any other id of envpool.list_all_envs() "
+        f"(CartPole-v1, ...); got {env_id!r}{hint}"
     )
 
 
@@ -146,8 +150,8 @@ def envpool_options(
 
     An Atari game takes ``wrappers`` equal to :data:`~engine_rl.collectors.atari.ATARI_WRAPPERS`
     (then :data:`ATARI_OPTIONS`); any other env no wrappers. ``env_kwargs`` are EnvPool options of
-    the task (``repeat_action_probability``, ``num_threads``, MuJoCo's ``reset_noise_scale``, ...),
-    but neither those this module sets nor the Atari preprocessing; an Atari id's ``frameskip=1``
+    the task (``repeat_action_probability``, ``num_threads``, ``max_episode_steps``, MuJoCo's
+    ``reset_noise_scale``, ...), but neither those this module sets nor the Atari preprocessing; an Atari id's ``frameskip=1``
     (gymnasium's "the wrappers skip frames", which the Atari recipes add) is dropped.
     """
     task, options = envpool_task(env_id, owner=owner)
@@ -162,6 +166,7 @@ def envpool_options(
             )
         if kwargs.get("frameskip") == 1:
             del kwargs["frameskip"]
+        fire_action(task, owner=owner)
         options.update(ATARI_OPTIONS)
     elif wrappers:
         raise ValueError(
@@ -169,7 +174,8 @@ def envpool_options(
             f"preprocessing, ATARI_WRAPPERS, which EnvPool does itself), got wrappers={tuple(wrappers)}; "
             "use env_backend 'gymnasium'"
         )
-    keys = set(_envpool().make_spec(task)._config_keys) - _OWN_OPTIONS - (set(ATARI_OPTIONS) if atari else set())
+    preprocessing = set(ATARI_OPTIONS) - {"max_episode_steps"} if atari else set()  # the time limit may change
+    keys = set(_envpool().make_spec(task)._config_keys) - _OWN_OPTIONS - preprocessing
     unknown = sorted(set(kwargs) - keys)
     if unknown:
         raise ValueError(
@@ -179,12 +185,14 @@ def envpool_options(
     return task, {**options, **kwargs}
 
 
-def _spec_spaces(task_id: str, **options: Any) -> tuple[gym.Space, gym.Space]:
-    """One copy's spaces from EnvPool's spec (its float32 Boxes built from float64 bounds warn: not ours to say)."""
-    spec = _envpool().make_spec(task_id, **options)
+def _spaces(source: Any) -> tuple[gym.Space, gym.Space]:
+    """The spaces of an EnvPool spec or pool, which build float32 Boxes from float64 bounds, a
+    gymnasium warning that is EnvPool's, not the user's: built once here, without it."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*precision lowered by casting", category=UserWarning)
-        return spec.gymnasium_observation_space, spec.gymnasium_action_space
+        if hasattr(source, "gymnasium_observation_space"):  # a spec
+            return source.gymnasium_observation_space, source.gymnasium_action_space
+        return source.observation_space, source.action_space  # a pool: cached by it
 
 
 def envpool_spaces(
@@ -193,12 +201,12 @@ def envpool_spaces(
 ) -> tuple[gym.Space, gym.Space]:
     """``(observation_space, action_space)`` of one copy, read from EnvPool's spec (no env made)."""
     task, options = envpool_options(env_id, wrappers=wrappers, env_kwargs=env_kwargs, owner=owner)
-    return _spec_spaces(task, **options)
+    return _spaces(_envpool().make_spec(task, **options))
 
 
 @cache
-def _fire_action(game: str) -> int | None:
-    """The index of FIRE in the game's minimal action set (read with ale_py), or None without FIRE."""
+def _action_names(game: str) -> tuple[str, ...]:
+    """The game's minimal action set (read with ale_py: EnvPool does not name its actions)."""
     try:
         from ale_py import ALEInterface, LoggerMode, roms
     except ImportError as err:
@@ -207,22 +215,32 @@ def _fire_action(game: str) -> int | None:
     ALEInterface.setLoggerMode(LoggerMode.Error)
     ale = ALEInterface()
     ale.loadROM(roms.get_rom_path(game))
-    names = [action.name for action in ale.getMinimalActionSet()]
-    return names.index("FIRE") if "FIRE" in names else None
+    return tuple(action.name for action in ale.getMinimalActionSet())
+
+
+def fire_action(task_id: str, *, owner: str = "fire_action") -> int:
+    """The index of FIRE among the actions of the EnvPool Atari game ``task_id``; a ``ValueError``
+    naming ``owner`` for a game without FIRE, which the Atari preprocessing (``FireOnLifeStart``) refuses."""
+    names = _action_names(_envpool().registration.registry.specs[task_id][2]["task"])
+    if "FIRE" not in names:
+        raise ValueError(f"{owner}: the Atari preprocessing presses FIRE at each life's start and needs a game with "
+                         f"a FIRE action; {task_id} has {list(names)}")
+    return names.index("FIRE")
 
 
 class EnvPoolVectorEnv(VectorEnv):
     """``num_envs`` copies of one EnvPool task as a ``gymnasium.vector.VectorEnv`` (next-step autoreset).
 
-    The pool is made at each seeded :meth:`reset` (module docstring: seeds); an Atari game with
-    ``fire_on_life_loss`` gets FIRE after each lost life, as ``FireOnLifeStart`` does.
+    The pool is made at each seeded :meth:`reset` (module docstring: seeds); with ``fire`` (an
+    Atari game's FIRE action), a copy that lost a life gets FIRE, as ``FireOnLifeStart`` does.
 
     Args:
         task_id: an EnvPool id (``envpool.list_all_envs()``).
         num_envs: copies.
         options: EnvPool options of the task (:func:`envpool_options`).
-        fire_on_life_loss: step a copy that lost a life (and did not end its episode) once more, alone,
-            with FIRE, adding that step's reward; an Atari game without FIRE is refused.
+        fire: the action that a copy that lost a life (and did not end its episode) takes at once,
+            alone, in one more EnvPool step whose reward, observation and flags it returns
+            (:func:`fire_action`); None: none.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -230,18 +248,12 @@ class EnvPoolVectorEnv(VectorEnv):
     state_unsupported = "EnvPool steps its envs in C++ threads, whose state cannot be saved"
 
     def __init__(self, task_id: str, num_envs: int, *, options: Mapping[str, Any] | None = None,
-                 fire_on_life_loss: bool = False) -> None:
+                 fire: int | None = None) -> None:
         self.task_id, self.num_envs, self.options = task_id, int(num_envs), dict(options or {})
-        self.single_observation_space, self.single_action_space = _spec_spaces(task_id, **self.options)
+        self.single_observation_space, self.single_action_space = _spaces(_envpool().make_spec(task_id, **self.options))
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.fire: int | None = None
-        if fire_on_life_loss:
-            game = _envpool().registration.registry.specs[task_id][2]["task"]
-            self.fire = _fire_action(game)
-            if self.fire is None:
-                raise ValueError(f"EnvPoolVectorEnv: FIRE at each life's start needs an Atari game with a FIRE "
-                                 f"action; {task_id} has none")
+        self.fire = fire
         self._pool: Any = None
         self._ids = np.arange(self.num_envs)
         self._lives = np.zeros(self.num_envs, dtype=np.int64)
@@ -256,6 +268,7 @@ class EnvPoolVectorEnv(VectorEnv):
             env_seed = [(first + i) % _SEED_RANGE for i in range(self.num_envs)]
             self._pool = _envpool().make_gymnasium(self.task_id, num_envs=self.num_envs, env_seed=env_seed,
                                                    **self.options)
+            _spaces(self._pool)
         obs, info = self._pool.reset(options=options)
         if self.fire is not None:
             self._lives[:] = info["lives"]
@@ -294,4 +307,5 @@ def make_envpool_env(
     """``num_envs`` copies of ``env_id`` in EnvPool, made as the gymnasium path makes it with
     ``wrappers`` and ``env_kwargs`` (:func:`envpool_options`; errors name ``owner``)."""
     task, options = envpool_options(env_id, wrappers=wrappers, env_kwargs=env_kwargs, owner=owner)
-    return EnvPoolVectorEnv(task, num_envs, options=options, fire_on_life_loss=_is_atari_task(task))
+    fire = fire_action(task, owner=owner) if _is_atari_task(task) else None
+    return EnvPoolVectorEnv(task, num_envs, options=options, fire=fire)
