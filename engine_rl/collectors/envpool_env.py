@@ -81,8 +81,8 @@ from gymnasium.vector.utils import batch_space
 from engine_rl.collectors.atari import ATARI_WRAPPERS
 
 __all__ = [
-    "ATARI_OPTIONS", "ENVPOOL_EXTRA", "EnvPoolVectorEnv", "envpool_options", "envpool_spaces", "envpool_task", "fire_action",
-    "make_envpool_env",
+    "ATARI_OPTIONS", "ENVPOOL_EXTRA", "EnvPoolVectorEnv", "envpool_options", "envpool_spaces", "envpool_task",
+    "fire_action", "make_envpool_env",
 ]
 
 #: The extra that installs EnvPool, as errors name it.
@@ -151,8 +151,8 @@ def envpool_options(
     An Atari game takes ``wrappers`` equal to :data:`~engine_rl.collectors.atari.ATARI_WRAPPERS`
     (then :data:`ATARI_OPTIONS`); any other env no wrappers. ``env_kwargs`` are EnvPool options of
     the task (``repeat_action_probability``, ``num_threads``, ``max_episode_steps``, MuJoCo's
-    ``reset_noise_scale``, ...), but neither those this module sets nor the Atari preprocessing; an Atari id's ``frameskip=1``
-    (gymnasium's "the wrappers skip frames", which the Atari recipes add) is dropped.
+    ``reset_noise_scale``, ...), but neither those this module sets nor the Atari preprocessing; an
+    Atari id's ``frameskip=1`` (gymnasium's "the wrappers skip frames", which the Atari recipes add) is dropped.
     """
     task, options = envpool_task(env_id, owner=owner)
     kwargs = dict(env_kwargs or {})
