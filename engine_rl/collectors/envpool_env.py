@@ -102,11 +102,11 @@ _SEED_RANGE = 2**31  # EnvPool's seeds are int32
 _GYM_ATARI = re.compile(r"(?:(?P<game>\w+)NoFrameskip-v4|ALE/(?P<v5>\w+)-v5)")
 
 
-def _envpool() -> Any:
+def _envpool(owner: str = "env_backend") -> Any:
     try:
         import envpool
-    except ImportError as err:
-        raise ValueError(f"env_backend 'envpool' needs {ENVPOOL_EXTRA} ({err})") from None
+    except ImportError:
+        raise ValueError(f"{owner}: env_backend 'envpool' needs {ENVPOOL_EXTRA}") from None
     return envpool
 
 
@@ -117,8 +117,7 @@ def _is_atari_task(task_id: str) -> bool:
 def envpool_task(env_id: str, *, owner: str = "envpool_task") -> tuple[str, dict[str, Any]]:
     """``(EnvPool task id, options)`` of ``env_id`` (the table of the module docstring); a
     ``ValueError`` naming ``owner`` and the ids accepted if EnvPool has no such env."""
-    envpool = _envpool()
-    known = envpool.list_all_envs()
+    known = _envpool(owner).list_all_envs()
     match = _GYM_ATARI.fullmatch(env_id) if isinstance(env_id, str) else None
     if match is not None and f"{match['game'] or match['v5']}-v5" in known:
         sticky = 0.0 if match["game"] else 0.25

@@ -3,6 +3,7 @@ resumed run says in one line and in summary.json that its envs started new episo
 cannot make is one line naming what it accepts (exit 2, nothing written)."""
 
 import json
+import sys
 
 import pytest
 
@@ -93,3 +94,10 @@ def test_a_resumed_run_says_its_envs_start_new_episodes(tmp_path, capsys):
     assert resumed["frames"] == 1024 and resumed["resumed_from_frames"] == 512
     assert resumed["fresh_env_episodes"] == why
     assert json.loads((tmp_path / "summary.json").read_text())["fresh_env_episodes"] == why
+
+
+def test_without_envpool_the_extra_is_named(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "envpool", None)  # import envpool raises ImportError
+    assert main(["train", "ppo-cartpole", *ENVPOOL, "--out", str(tmp_path / "run"), *CPU]) == 2
+    assert capsys.readouterr().err == ("engine-rl: error: PPOConfig: env_backend 'envpool' needs the EnvPool extra: "
+                                       "pip install engine_rl[envpool] (envpool)\n")
