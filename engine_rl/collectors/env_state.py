@@ -22,9 +22,9 @@ and ``data`` attributes) with ``mujoco.mj_getState`` (``mjSTATE_INTEGRATION``: e
 with ``cloneState(include_rng=True)`` serialized to bytes and ``restoreState``. Deques (the frame
 stack of ``FrameStackObservation``) are recorded as lists. So MuJoCo and Atari runs resume exactly.
 
-Limits: ``AsyncVectorEnv`` runs its envs in subprocesses and is not supported
-(:class:`UnsupportedEnvState`); envs whose state lives in other objects (another native
-simulator, a ``random.Random``) are not restored exactly.
+Limits: ``AsyncVectorEnv`` runs its envs in subprocesses and EnvPool in C++ threads: neither is
+supported (:class:`UnsupportedEnvState`, :func:`unsupported_reason`); envs whose state lives in
+other objects (another native simulator, a ``random.Random``) are not restored exactly.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from gymnasium.spaces import Space
 
-__all__ = ["UnsupportedEnvState", "get_env_state", "seed_spaces", "set_env_state"]
+__all__ = ["UnsupportedEnvState", "get_env_state", "seed_spaces", "set_env_state", "unsupported_reason"]
 
 #: Attributes never recorded: links to other layers, configuration objects, render handles.
 _SKIP = frozenset({"env", "envs", "env_fns", "spec", "metadata", "_saved_kwargs", "_cached_spec", "unwrapped"})
@@ -229,6 +229,26 @@ def seed_spaces(env: Any, seed: int) -> None:
                 space.seed(seed)
 
 
+def unsupported_reason(env: Any) -> str | None:
+    """Why :func:`get_env_state` cannot record the vector env ``env`` (or its layers), or None if it can.
+
+    ``AsyncVectorEnv`` runs its envs in subprocesses; a vector env class that keeps its copies'
+    state out of reach says why in a ``state_unsupported`` class attribute
+    (:class:`~engine_rl.collectors.envpool_env.EnvPoolVectorEnv`).
+
+    Examples:
+        >>> from engine_rl.collectors import make_vec_env
+        >>> unsupported_reason(make_vec_env("CartPole-v1", 2)) is None
+        True
+    """
+    base = list(_chain(env))[-1]
+    if hasattr(base, "parent_pipes"):
+        return (f"{type(base).__name__} runs its envs in subprocesses; their state cannot be captured "
+                "(use vectorization 'sync' or 'vector_entry_point' for exact resume)")
+    reason = getattr(type(base), "state_unsupported", None)
+    return reason if isinstance(reason, str) else None
+
+
 def get_env_state(env: Any) -> dict[str, Any]:
     """Record the state of a gymnasium vector env (see the module docstring).
 
@@ -256,11 +276,9 @@ def get_env_state(env: Any) -> dict[str, Any]:
     """
     layers = list(_chain(env))
     base = layers[-1]
-    if hasattr(base, "parent_pipes"):
-        raise UnsupportedEnvState(
-            f"get_env_state: {type(base).__name__} runs its envs in subprocesses; their state cannot be captured "
-            "(use vectorization 'sync' or 'vector_entry_point' for exact resume)"
-        )
+    reason = unsupported_reason(env)
+    if reason is not None:
+        raise UnsupportedEnvState(f"get_env_state: {reason}")
     subs = _sub_envs(base)
     return {
         "vector": [_layer_state(layer) for layer in layers],

@@ -41,11 +41,12 @@ import gymnasium as gym
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.checks import is_int, is_number
 from engine_rl.collectors.env_factory import callable_name
+from engine_rl.collectors.envpool_env import envpool_options
 from engine_rl.collectors.gym_envs import env_spaces, env_spec
 from engine_rl.collectors.wrappers import parse_wrappers
 from engine_rl.device import DEVICE_NAMES, is_device_name
 from engine_rl.envs import TORCH_ENVS
-from engine_rl.recipes.env_source import env_label, env_source
+from engine_rl.recipes.env_source import env_label, env_source, recipe_spaces
 from engine_rl.spaces import is_multi_discrete, is_vector_space
 
 __all__ = ["EnvNeeds", "FieldChecks"]
@@ -177,6 +178,22 @@ class FieldChecks:
                     "takes none (use env_backend 'gymnasium')"
                 )
 
+    def envpool_env(self) -> None:
+        """``env_backend='envpool'``: no ``make_env``, vectorization 'auto', and an ``env_id``, ``wrappers``
+        and ``env_kwargs`` that EnvPool makes (:func:`~engine_rl.collectors.envpool_env.envpool_options`)."""
+        if self.config.make_env is not None:
+            raise ValueError(
+                f"{self.owner}: env_backend 'envpool' makes its envs from env_id in EnvPool, so it takes no make_env "
+                f"(got {callable_name(self.config.make_env)}); use env_backend 'gymnasium'"
+            )
+        if self.config.vectorization != "auto":
+            raise ValueError(
+                f"{self.owner}: vectorization {self.config.vectorization!r} is a gymnasium option; env_backend "
+                "'envpool' steps its copies in C++ threads and takes 'auto' only"
+            )
+        envpool_options(self.config.env_id, wrappers=tuple(self.config.wrappers), env_kwargs=self.config.env_kwargs,
+                        owner=self.owner)
+
     def env_fields(self) -> None:
         """The fields that say where the envs come from, checked without making an env or importing
         ``make_env``: ``env_id`` a non-empty str, ``make_env`` None, a callable or a ``'module:function'``
@@ -211,9 +228,14 @@ class FieldChecks:
         if not isinstance(env_id, str) or not env_id:
             self.fail("env_id", "a registered gymnasium id (a non-empty str)")
         source = env_source(self.config)
-        spec = None if callable(source) else env_spec(source, owner=self.owner)
         wrappers = getattr(self.config, "wrappers", ())
-        observation, action = env_spaces(source, wrappers=wrappers, env_kwargs=self.config.env_kwargs, owner=self.owner)
+        if getattr(self.config, "env_backend", None) == "envpool":  # EnvPool's ids and spaces (no gymnasium spec)
+            spec, wrappers = None, ()  # it preprocesses an Atari game itself
+            observation, action = recipe_spaces(self.config)
+        else:
+            spec = None if callable(source) else env_spec(source, owner=self.owner)
+            observation, action = env_spaces(source, wrappers=wrappers, env_kwargs=self.config.env_kwargs,
+                                             owner=self.owner)
         label = env_label(self.config)
         fix = "set env_id to" if self.config.make_env is None else "make_env must make"
         discrete = isinstance(action, gym.spaces.Discrete)

@@ -60,10 +60,15 @@ class RecipeConfig:
     """Keyword arguments of ``gymnasium.make`` (or of ``make_env``), as Python literals, e.g. ``--set
     "env_kwargs={'map_name': '8x8', 'is_slippery': False}"`` or ``{'obs_type': 'ram'}``; None by default."""
     env_backend: str = "gymnasium"
-    """'gymnasium' (``gymnasium.make_vec``) or 'torch': the batched torch version of the env
+    """'gymnasium' (``gymnasium.make_vec``), 'torch': the batched torch version of the env
     (``engine_rl.envs``: CartPole-v1, Pendulum-v1), stepped as tensors on the training device with no
     numpy round trip, for thousands of copies (``--set num_envs=4096``); no wrappers, info_keys,
-    env_kwargs or make_env there."""
+    env_kwargs or make_env there; or 'envpool' (the ``envpool`` extra): the env_id in EnvPool, stepped
+    in C++ threads (``engine_rl.collectors.envpool_env``): an Atari game as ``BreakoutNoFrameskip-v4``,
+    ``ALE/Breakout-v5`` or ``Breakout-v5`` with the Atari recipes' wrappers, which EnvPool's own options
+    do; any other id EnvPool has (``Hopper-v5``, ``Hopper-v4``) with no wrappers; env_kwargs are EnvPool
+    options; no make_env. Training and evaluation both; its env state is not saved, so ``--resume``
+    continues with fresh episodes (said on stderr and in summary.json's ``fresh_env_episodes``)."""
     wrappers: tuple[str, ...] = ()
     """Gymnasium wrappers applied to each env copy (training and evaluation), in order: class names
     in ``gymnasium.wrappers``, keyword arguments as literals, e.g. ``--set wrappers=FlattenObservation``
@@ -134,7 +139,7 @@ class RecipeConfig:
         check.nonnegative_ints("eval_seed", "seed")
         check.seeds("eval_seed", "seed")
         check.choice("vectorization", VECTORIZATIONS)
-        check.choice("env_backend", ("gymnasium", "torch"))
+        check.choice("env_backend", ("gymnasium", "torch", "envpool"))
         if self.env_backend == "torch":
             check.torch_env()
         check.choice("nonfinite", ("stop", "skip"))
@@ -144,6 +149,8 @@ class RecipeConfig:
         check.widths("hidden")
         check.names("info_keys", "wrappers")
         check.kwargs("env_kwargs")
+        if self.env_backend == "envpool":
+            check.envpool_env()
         check.bools("compile")
         check.env_fields()  # the env itself: check_env(), when the recipe is built
 

@@ -1,5 +1,6 @@
 """Where a recipe's envs come from: its ``make_env`` callable if set, else its registered ``env_id``;
-with ``env_backend='torch'``, the batched torch version of ``env_id`` (:mod:`engine_rl.envs`).
+with ``env_backend='torch'``, the batched torch version of ``env_id`` (:mod:`engine_rl.envs`); with
+``env_backend='envpool'``, ``env_id`` in EnvPool (:mod:`engine_rl.collectors.envpool_env`).
 
 Every recipe config has the env fields of :class:`~engine_rl.recipes.config_base.RecipeConfig` (``env_id``,
 ``make_env``, ``env_kwargs``, ``env_backend``, ``vectorization``, ``wrappers``); the builders read
@@ -33,6 +34,7 @@ from gymnasium.vector import VectorEnv
 from engine_rl.collectors import GymCollector, TorchEnvCollector
 from engine_rl.collectors.base import BatchCollector
 from engine_rl.collectors.env_factory import EnvFactory, callable_name, resolve_callable
+from engine_rl.collectors.envpool_env import envpool_spaces, make_envpool_env
 from engine_rl.collectors.gym_envs import env_spaces, env_spec, make_one_env, make_vec_env
 from engine_rl.envs import TorchEnv, make_torch_env
 from engine_rl.video import check_renders
@@ -65,7 +67,11 @@ EVAL_STEP_CAP = 100_000
 
 def recipe_vec_env(cfg: Any, num_envs: int, *, evaluation: bool = False) -> VectorEnv:
     """``num_envs`` copies of the config's env, vectorized and wrapped as the config says; for
-    ``evaluation``, episodes of an env with no time limit end after :data:`EVAL_STEP_CAP` steps."""
+    ``evaluation``, episodes of an env with no time limit end after :data:`EVAL_STEP_CAP` steps.
+    With ``env_backend='envpool'``, EnvPool's copies as a vector env (every EnvPool env has a time limit)."""
+    if cfg.env_backend == "envpool":
+        return make_envpool_env(cfg.env_id, num_envs, wrappers=tuple(cfg.wrappers), env_kwargs=cfg.env_kwargs,
+                                owner=type(cfg).__name__)
     return make_vec_env(env_source(cfg), num_envs, mode=cfg.vectorization, wrappers=_wrappers(cfg, evaluation),
                         **(cfg.env_kwargs or {}))
 
@@ -74,7 +80,7 @@ def recipe_render_env(cfg: Any) -> Callable[[], gym.Env]:
     """A callable making one copy of the config's env as evaluation makes it (its ``env_id`` or
     ``make_env``, ``env_kwargs``, ``wrappers``, :data:`EVAL_STEP_CAP`), but made with
     ``render_mode="rgb_array"`` and not vectorized: the env :mod:`engine_rl.video` records. With
-    ``env_backend='torch'``, the gymnasium env of the same id.
+    ``env_backend='torch'`` or ``'envpool'``, the gymnasium env of the same id.
 
     Examples:
         >>> from engine_rl.recipes.ppo_cartpole import PPOConfig
@@ -103,7 +109,11 @@ def _wrappers(cfg: Any, evaluation: bool) -> tuple[str, ...]:
 
 def recipe_spaces(cfg: Any) -> tuple[gym.Space, gym.Space]:
     """``(observation_space, action_space)`` of one copy of the config's env (made with its
-    ``env_kwargs``, wrapped by its ``wrappers``); the torch envs have their gymnasium twin's spaces."""
+    ``env_kwargs``, wrapped by its ``wrappers``); the torch envs have their gymnasium twin's spaces,
+    EnvPool's envs the spaces of its spec (no env made)."""
+    if cfg.env_backend == "envpool":
+        return envpool_spaces(cfg.env_id, wrappers=tuple(cfg.wrappers), env_kwargs=cfg.env_kwargs,
+                              owner=type(cfg).__name__)
     return env_spaces(env_source(cfg), wrappers=cfg.wrappers, env_kwargs=cfg.env_kwargs, owner=type(cfg).__name__)
 
 
@@ -123,7 +133,8 @@ def _has_time_limit(cfg: Any) -> bool:
 def recipe_env(cfg: Any, num_envs: int, device: torch.device, *, evaluation: bool = False) -> VectorEnv | TorchEnv:
     """``num_envs`` copies of the config's env: the torch version on ``device`` with
     ``env_backend='torch'`` (stepped there, no numpy round trip; its episodes have their time
-    limit), else :func:`recipe_vec_env` (``evaluation``: with :data:`EVAL_STEP_CAP`)."""
+    limit), else :func:`recipe_vec_env` (``evaluation``: with :data:`EVAL_STEP_CAP`; EnvPool's envs
+    with ``env_backend='envpool'``)."""
     if cfg.env_backend == "torch":
         return make_torch_env(cfg.env_id, num_envs, device=device)
     return recipe_vec_env(cfg, num_envs, evaluation=evaluation)

@@ -125,6 +125,8 @@ def train(
     ``out_dir`` was given (relative to the working directory if it is relative), or null where
     there is none (no evaluation yet: no best; ``resumed_from``, the checkpoint the run continued
     from, once the rotation of ``n_saved`` deleted it: ``resumed_from_frames`` still says which).
+    ``fresh_env_episodes`` is null, or for a resumed run whose env state could not be saved
+    (``env_backend='envpool'``) why its envs started new episodes (also said on stderr).
     ``wall_time_s`` and ``fps`` count this call's training only (``fps`` is null if it collected
     no frames: a finished run resumed).
     With ``visdom`` (a server URL), the run is also plotted live there, in a visdom env named

@@ -11,7 +11,8 @@ through them. Each stage reads and adds parts of one :class:`Run`:
 6. :func:`attach_videos`: videos of the final (and each new best) policy (rank 0, with ``video``).
 7. :func:`make_checkpoint`: the training state and the checkpoint that saves it.
 8. :func:`resume_from_checkpoint`: the state restored; the log cut back to it, newer checkpoints
-   and videos deleted, the older checkpoints rotated, an untracked best checkpoint dropped.
+   and videos deleted, the older checkpoints rotated, an untracked best checkpoint dropped; envs
+   whose state could not be saved (EnvPool's) start fresh episodes, said in one line on stderr.
 9. :func:`schedule_checkpoints`: periodic checkpoints, the final one at ``COMPLETED`` (after the
    final evaluation and its videos), the pause at ``until_frames``.
 10. :func:`attach_live_dashboard`: the visdom plots (rank 0, with ``visdom``); then
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +42,7 @@ from ignite.engine import Events
 from ignite.handlers import EarlyStopping
 
 from engine_rl.checks import is_int
+from engine_rl.collectors.env_state import unsupported_reason
 from engine_rl.run.checkpoint import (
     AtomicDiskSaver,
     InferenceState,
@@ -81,6 +84,7 @@ __all__ = [
     "attach_videos",
     "build_on_rank",
     "evaluation_score",
+    "fresh_env_episodes",
     "locked_run_folder",
     "make_checkpoint",
     "prepare_folder",
@@ -145,6 +149,7 @@ class Run:
     resumed_frames: int | None = None  # (resume_from_checkpoint)
     logged_frames: int | None = None  # the frames of metrics.jsonl's last line before the cut (resume_from_checkpoint)
     paused: bool = False  # stopped at until_frames (schedule_checkpoints)
+    fresh_env_episodes: str | None = None  # why a resumed run's envs started new episodes (resume_from_checkpoint)
 
     @property
     def lead(self) -> bool:
@@ -328,9 +333,14 @@ def make_checkpoint(run: Run) -> None:
 
 def resume_from_checkpoint(run: Run) -> None:
     """Restore ``run.resume_from``; cut the metrics log back to its frames, delete the checkpoints
-    past them, keep rotating the older ones, drop a best checkpoint the restored state does not track."""
+    past them, keep rotating the older ones, drop a best checkpoint the restored state does not track.
+    If the collector's env state could not be saved, its envs start new episodes: one line on stderr
+    (rank 0) and ``fresh_env_episodes`` in the summary say why."""
     restore(run.to_save, run.resume_from)
     run.resumed_frames = int(run.setup.trainer.state.frames)
+    run.fresh_env_episodes = fresh_env_episodes(run.setup.to_save)
+    if run.fresh_env_episodes is not None and run.lead:
+        print(f"engine-rl: resume: {run.fresh_env_episodes}", file=sys.stderr, flush=True)
     if run.lead:
         run.logged_frames = truncate_metrics(run.metrics_path, run.resumed_frames)
     drop_newer_checkpoints(run.own_checkpoints, run.resumed_frames)
@@ -340,6 +350,18 @@ def resume_from_checkpoint(run: Run) -> None:
         drop_untracked_best(run.best)
     if run.videos is not None:  # recorded after the checkpoint, by the run this one replaces
         run.videos.drop_after(run.resumed_frames)
+
+
+def fresh_env_episodes(to_save: dict[str, Any]) -> str | None:
+    """Why a run resumed with the objects ``to_save`` continues with new env episodes (its
+    ``"collector"``'s env state cannot be saved: :func:`~engine_rl.collectors.env_state.unsupported_reason`),
+    or None when its envs continue where the checkpoint left them."""
+    env = getattr(to_save.get("collector"), "env", None)
+    reason = None if env is None else unsupported_reason(env)
+    if reason is None:
+        return None
+    return (f"the envs start new episodes, not those of the checkpoint ({reason}); training continues "
+            "from the checkpoint, not bitwise")
 
 
 def schedule_checkpoints(run: Run) -> None:
@@ -429,6 +451,8 @@ def write_summary(run: Run, *, wall: float, start_frames: int) -> dict[str, Any]
         # the checkpoint the run continued from, while it is on disk (rotation may delete it), and its frames
         "resumed_from": None if run.resume_from is None else existing_or_none(run.resume_from),
         "resumed_from_frames": run.resumed_frames,
+        # a resumed run whose env state could not be saved (EnvPool): why its envs started new episodes
+        "fresh_env_episodes": run.fresh_env_episodes,
         # with a DiskSaver, Ignite's last_checkpoint is the file's path already (saver folder / file name)
         "checkpoint": existing_or_none(run.checkpoint.last_checkpoint),
         "best_checkpoint": existing_or_none(run.best.last_checkpoint if run.best is not None else None),
