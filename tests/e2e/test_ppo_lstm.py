@@ -119,7 +119,8 @@ def test_ppo_lstm_learns_cartpole_without_velocities_where_feed_forward_ppo_does
     """CI bar: seed 0, 20k frames (rl-zoo's budget is 100k; the lr and clip range decay to 0 over these
     20k): ppo-lstm's mean greedy return over 10 episodes >= 200, feed-forward ppo-cartpole on the same
     masked env and budget < 100 (random play: ~22; the full env's velocities are what it lacks).
-    Margin checked over seeds 0-4 (--seed-offset 0-4): ppo-lstm lowest LSTM_LOWEST, feed-forward highest FF_HIGHEST.
+    Margin checked over seeds 0-4 (--seed-offset 0-4): ppo-lstm lowest 321.8 (500.0, 375.1, 482.7, 321.8,
+    495.8), feed-forward highest 48.6 (42.9, 43.8, 48.6, 42.7, 43.3).
     """
     lstm = train("ppo-lstm", make_config("ppo-lstm", {"seed": seed(0), "total_frames": 20_480}),
                  tmp_path / "lstm", progress=False)
