@@ -133,3 +133,5 @@ def test_a_reference_at_the_runs_budget_comes_before_the_recipes_own() -> None:
     assert reference("sac-mujoco", [], 1000000).startswith("SB3 2.9.2 same values at 100k")  # another budget: the recipe's line
     assert "HalfCheetah-v4 at 1M: 1442.6" in reference("ppo-mujoco", ["env_id=HalfCheetah-v5"], 1001472)
     assert reference("ppo-mujoco", ["env_id=Walker2d-v5"]) == "—"
+    assert reference("ppo-lstm", [], 100096).startswith("rl-zoo ppo_lstm, CartPoleNoVel-v1, 500")
+    assert reference("ppo-cartpole", ["wrappers=MaskVelocity"], 100096).startswith("feed-forward PPO on ppo-lstm's env")

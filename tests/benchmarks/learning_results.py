@@ -55,15 +55,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
-# Published results at the recipes' default budgets: (recipe, env_id or None for the default[, frames]) -> text
+# Published results at the recipes' default budgets: (recipe, env or None for the default[, frames]) -> text, where env is
+# the run's env_id and wrappers overrides as given ("env_id=...", "wrappers=...", joined by "|" when both)
 REFERENCES = {
     ("dqn-cartpole", None): "rl-zoo 500 at 50k",
     ("qrdqn-cartpole", None): "rl-zoo 500 at 50k",
     ("ppo-cartpole", None): "rl-zoo 500 at 100k",
+    ("ppo-lstm", None): "rl-zoo ppo_lstm, CartPoleNoVel-v1, 500 at 100k (its published agent)",
+    ("ppo-cartpole", "wrappers=MaskVelocity"): "feed-forward PPO on ppo-lstm's env (no published figure)",
     ("sac-pendulum", None): "rl-zoo −157 ± 89 at 20k",
     ("td3-pendulum", None): "rl-zoo −152 ± 90 at 20k",
     ("ppo-mujoco", None): "CleanRL ppo_continuous_action, Hopper-v4 at 1M: 2382.9 ± 271.7",
-    ("ppo-mujoco", "HalfCheetah-v5"): "CleanRL ppo_continuous_action, HalfCheetah-v4 at 1M: 1442.6 ± 46.0",
+    ("ppo-mujoco", "env_id=HalfCheetah-v5"): "CleanRL ppo_continuous_action, HalfCheetah-v4 at 1M: 1442.6 ± 46.0",
     # no published figure at the budgets these run here (about 20 minutes per seed on one core): the 1M/10M ones
     ("sac-mujoco", None): "SB3 2.9.2 same values at 100k, seed 0: 3965.5 (sb3_side.py); rl-zoo 9,535 at 1M",
     ("td3-mujoco", None): "SB3 2.9.2 same values at 100k, seed 0: 4623.7 (sb3_side.py); rl-zoo 9,656 at 1M",
@@ -88,8 +91,8 @@ TRAIN_TAIL = 0.1
 
 def reference(recipe: str, overrides: list[str], frames: int | None = None) -> str:
     """The published figure for ``recipe`` (on the ``env_id`` it overrides), at ``frames`` where one is known."""
-    env_id = next((o.split("=", 1)[1] for o in overrides if o.startswith("env_id=")), None)
-    return REFERENCES.get((recipe, env_id, frames)) or REFERENCES.get((recipe, env_id), "—")
+    env = "|".join(o for o in overrides if o.startswith(("env_id=", "wrappers="))) or None
+    return REFERENCES.get((recipe, env, frames)) or REFERENCES.get((recipe, env), "—")
 
 
 def run_one(recipe: str, seed: int, frames: int | None, out: Path, threads: int, overrides: list[str]) -> dict:
