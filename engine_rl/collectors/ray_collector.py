@@ -27,8 +27,8 @@ Its in-flight batch is dropped (its frames were never handed to the trainer, so 
 counted twice), a warning names the actor, and its next request carries the newest weights and a
 new seed for its env copies (drawn from ``seed``, the actor and its restarts, so restarted
 episodes do not repeat old ones). An exception raised inside an actor (an env error), an actor
-that cannot be made, or one that died ``max_failures`` times in a row with no batch in between
-raises :class:`RayCollectorError`.
+that cannot be made, or one that does not deliver a batch within ``restart_timeout`` seconds of
+its death raises :class:`RayCollectorError`.
 
 Checkpoints. :meth:`RayCollector.state_dict` holds the counters and each actor's collector and
 policy state (asked from the actors, so after any batch in flight); a collector loaded from it
@@ -44,6 +44,7 @@ from __future__ import annotations
 import copy
 import logging
 import socket
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
@@ -55,7 +56,7 @@ from ignite.engine import Engine, Events
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from engine_rl.checks import fail, is_int, positive_int
+from engine_rl.checks import fail, is_int, positive_int, positive_number
 from engine_rl.collectors.info import check_info_keys
 from engine_rl.collectors.ray_worker import RayWorker, derived_seed
 from engine_rl.events import RLEvents
@@ -92,14 +93,26 @@ def check_ray_address(address: str, *, owner: str, timeout: float = _CONNECT_S) 
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{owner}: ray_address must be HOST:PORT of a running Ray head (e.g. 127.0.0.1:6379), "
                          f"got {address!r}")
+    hint = "start one with `ray start --head --port=PORT`, or leave ray_address out for a Ray on this machine"
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             pass
     except OSError as err:
-        raise ValueError(
-            f"{owner}: ray_address {address!r}: no Ray head answers there ({err.strerror or err}); start one with "
-            "`ray start --head --port=PORT`, or leave ray_address out for a Ray on this machine"
-        ) from None
+        raise ValueError(f"{owner}: ray_address {address!r}: no Ray head answers there ({err.strerror or err}); "
+                         f"{hint}") from None
+    # something listens: ask it as Ray's own GCS client would (an authentication refusal is a Ray head too)
+    try:
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError, RpcError
+    except ImportError:  # another Ray than the [ray] extra's: ray.init will tell
+        return
+    try:
+        GcsClient(address=address).internal_kv_get(b"session_name", b"session", timeout=timeout)
+    except AuthenticationError:
+        return
+    except RpcError as err:
+        raise ValueError(f"{owner}: ray_address {address!r}: no Ray head answers there (what listens answered: "
+                         f"{str(err).splitlines()[0]}); {hint}") from None
 
 
 class RayCollector:
@@ -125,8 +138,8 @@ class RayCollector:
             Ray is already initialized in this process, it is used as it is.
         storing_device: where batches are returned.
         info_keys: as :class:`~engine_rl.collectors.GymCollector`'s.
-        max_failures: an actor that dies this many times in a row with no batch in between
-            raises :class:`RayCollectorError`.
+        restart_timeout: seconds a dead actor has to deliver a batch again (while Ray restarts it,
+            requests are retried without a new warning) before :class:`RayCollectorError` is raised.
 
     Examples:
         >>> from functools import partial
@@ -155,7 +168,7 @@ class RayCollector:
         address: str | None = None,
         storing_device: torch.device | str = "cpu",
         info_keys: tuple[str, ...] = (),
-        max_failures: int = 3,
+        restart_timeout: float = 300.0,
     ) -> None:
         owner = "RayCollector"
         if not callable(env_fn):
@@ -163,7 +176,7 @@ class RayCollector:
         if not isinstance(policy, nn.Module):
             raise TypeError(f"{owner}: argument policy must be an nn.Module, got {type(policy).__name__}")
         for name, value in (("num_envs", num_envs), ("frames_per_batch", frames_per_batch),
-                            ("num_workers", num_workers), ("max_failures", max_failures)):
+                            ("num_workers", num_workers)):
             positive_int(value, name=f"argument {name}", owner=owner)
         if num_envs % num_workers:
             fail(num_envs, f"a multiple of num_workers={num_workers}", name="num_envs", owner=owner)
@@ -180,7 +193,7 @@ class RayCollector:
         self.address = address
         self.storing_device = torch.device(storing_device)
         self.info_keys = check_info_keys(info_keys, owner=owner)
-        self.max_failures = max_failures
+        self.restart_timeout = positive_number(restart_timeout, name="argument restart_timeout", owner=owner)
         #: The actors' policy copy (what :class:`~handlers.WeightSync` sees: not the learner's module).
         self.policy = copy.deepcopy(policy).cpu()
         #: Frames handed to the trainer.
@@ -198,7 +211,7 @@ class RayCollector:
         self._stamp = 0  # the clock when they were published
         self._clock: Callable[[], int] = lambda: self._version
         self._reseed: list[int | None] = [None] * num_workers
-        self._failures = [0] * num_workers  # deaths of each actor since its last batch
+        self._died_at: list[float | None] = [None] * num_workers  # when each actor died, until it delivers again
         self._turn = 0  # async: the actor whose batch comes next
         self._resume: list[Mapping[str, Any]] | None = None
         self._actors: list[Any] = []
@@ -323,8 +336,8 @@ class RayCollector:
     def _request(self, i: int) -> tuple[Any, int]:
         """Send actor ``i`` its next request; ``(ref, stamp)`` of the weights it carries."""
         weights = [] if self._weights is None else [self._weights]
-        reseed, self._reseed[i] = self._reseed[i], None
-        ref = self._actors[i].collect.remote(weights, self._version, self._requested, reseed)
+        # a reseed is sent until a batch comes back (a request may reach a restarting actor and fail)
+        ref = self._actors[i].collect.remote(weights, self._version, self._requested, self._reseed[i])
         self._requested += self.per_worker_frames
         return ref, self._stamp
 
@@ -338,15 +351,19 @@ class RayCollector:
         except RayTaskError as err:  # raised by the actor's own code: an env or policy error
             raise RayCollectorError(f"RayCollector: actor {i} raised {err.cause!r}") from err
         except RayActorError as err:
-            self.restarts[i] += 1
             lines = [line.strip() for line in str(err).splitlines() if line.strip()]
             if getattr(err, "actor_init_failed", False):
                 raise RayCollectorError(f"RayCollector: actor {i} could not be made: {lines[-1] if lines else err}") from err
-            if self._failures[i] + 1 >= self.max_failures:
-                raise RayCollectorError(
-                    f"RayCollector: actor {i} died {self.max_failures} times in a row without a batch; "
-                    f"last: {lines[0] if lines else type(err).__name__}") from err
-            self._failures[i] += 1
+            died_at = self._died_at[i]
+            if died_at is not None:  # still restarting: retry quietly, for a while
+                if time.monotonic() - died_at > self.restart_timeout:
+                    raise RayCollectorError(
+                        f"RayCollector: actor {i} did not come back within restart_timeout={self.restart_timeout} s "
+                        f"of its death; last: {lines[0] if lines else type(err).__name__}") from err
+                time.sleep(0.1)
+                return None
+            self._died_at[i] = time.monotonic()
+            self.restarts[i] += 1
             warnings.warn(
                 f"RayCollector: actor {i} died ({type(err).__name__}); Ray restarts it (restart {self.restarts[i]}), "
                 f"its batch in flight ({self.per_worker_frames} frames) is dropped and training continues",
@@ -355,7 +372,7 @@ class RayCollector:
             if self.seed is not None:
                 self._reseed[i] = derived_seed(self.seed, i, self.restarts[i])
             return None
-        self._failures[i] = 0
+        self._died_at[i] = self._reseed[i] = None
         return batch
 
     def _gather(self) -> TensorDictBase:
