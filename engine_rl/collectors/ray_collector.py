@@ -34,9 +34,9 @@ Checkpoints. :meth:`RayCollector.state_dict` holds the counters and each actor's
 policy state (asked from the actors, so after any batch in flight); a collector loaded from it
 makes its actors start from those states (the policy's saved weights, its env copies where they
 were). Synchronous collection resumes exactly (no request is in flight between batches);
-asynchronous collection loses the batches that were in flight, and its batches arrive in the same
-order but the weights each request carried depend on timing only through the round-robin order,
-so a resume continues correctly but not bit for bit.
+asynchronous collection loses the batch each actor had in flight (its actors' states are asked
+after it), so a resumed run continues after those frames, without them
+(:attr:`RayCollector.not_checkpointed` says so).
 """
 
 from __future__ import annotations
