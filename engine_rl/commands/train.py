@@ -60,6 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--device", default=None, metavar="DEVICE",
                    help="auto (default: CUDA when available, else the CPU), cpu, cuda or cuda:N; sets the config's "
                         "device (a resumed run may move to another device)")
+    t.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                   help="with --set collector=ray: join the running Ray cluster whose head is there (sets the config's "
+                        "ray_address; a resumed run may join another one); default: a Ray on this machine for the run")
     t.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads (default 1: on 2 shared cores 1 thread is the safe choice)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -117,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"seed={args.seed}")
     if args.device is not None:
         overrides.append(f"device={args.device}")
+    if args.ray_address is not None:
+        overrides.append(f"ray_address={args.ray_address}")
     if args.resume:
         seed = args.seed if args.seed is not None else make_config(args.recipe).seed
         out = args.out if args.out is not None else f"runs/{args.recipe}-seed{seed}"

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 from engine_rl.collectors.env_factory import EnvFactory
 from engine_rl.recipes.checks import VECTORIZATIONS, EnvNeeds, FieldChecks
+from engine_rl.recipes.collection import check_collector_fields, check_ray_reachable
 from engine_rl.recipes.env_source import recipe_spaces
 
 __all__ = ["RecipeConfig", "ReplayConfig"]
@@ -121,6 +122,17 @@ class RecipeConfig:
     seed: int = 0
     """Seed of torch, the envs, the exploration (DQN's epsilon, the warm-up actions and TD3's noise) or
     PPO's action sampling, and the replay sampler or PPO's minibatch shuffling."""
+    collector: str = "local"
+    """Where the envs are stepped: 'local' (the reference: in the trainer's process) or 'ray': in
+    ``ray_workers`` Ray actors, each with ``num_envs / ray_workers`` env copies and a CPU copy of the
+    policy (``engine_rl.collectors.ray_collector``, the [ray] extra); PPO gathers every batch from all
+    actors with the current weights, DQN, SAC and TD3 collect asynchronously (``policy_lag`` in
+    metrics.jsonl). Gymnasium envs and feed-forward policies only."""
+    ray_workers: int = 2
+    """Ray actors with ``collector='ray'``; num_envs must be a multiple of it."""
+    ray_address: str | None = None
+    """``HOST:PORT`` of a running Ray cluster's head for ``collector='ray'`` to join (``--ray-address``);
+    None: a Ray on this machine, started and stopped by the run. A resumed run may name another one."""
 
     #: What the recipe's algorithm takes of the env (None: any env that can be made); a class
     #: constant, not a field.
@@ -152,6 +164,7 @@ class RecipeConfig:
         if self.env_backend == "envpool":
             check.envpool_env()
         check.bools("compile")
+        check_collector_fields(self)
         check.env_fields()  # the env itself: check_env(), when the recipe is built
 
     def check_env(self) -> None:
@@ -159,7 +172,9 @@ class RecipeConfig:
         and env_kwargs: :func:`~engine_rl.collectors.gym_envs.env_spaces`): ``make_env`` makes an env, or
         ``env_id`` is registered (an id from an extra that is not installed names the extra), and its
         spaces suit ``env_needs`` (:meth:`~engine_rl.recipes.checks.FieldChecks.env`); a ``ValueError``
-        naming the config otherwise. Each recipe's build function calls it first."""
+        naming the config otherwise. Each recipe's build function calls it first. With ``collector='ray'``,
+        also that Ray is installed and ``ray_address`` answers."""
+        check_ray_reachable(self)
         if self.env_needs is None:
             recipe_spaces(self)
             return

@@ -36,7 +36,8 @@ from engine_rl.engine import create_trainer
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.config_base import ReplayConfig
-from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces, recipe_vec_env
+from engine_rl.recipes.collection import attach_collector, train_collector
+from engine_rl.recipes.env_source import env_label, recipe_env, recipe_spaces, recipe_vec_env
 from engine_rl.recipes.memory_checks import check_sizes
 from engine_rl.recipes.search import OFF_POLICY_NETS, discount, network, power_of_two
 from engine_rl.replay import PrioritizedSampler, ReplayBuffer, SharedReplayBuffer, UniformSampler
@@ -319,8 +320,8 @@ def _make_replay_and_collector(
     else:
         buffer = ReplayBuffer(cfg.buffer_size, sampler=sampler, seed=cfg.seed, device=replay_device,
                               storage=cfg.replay_storage, capacity_label=replay_label)
-        env = recipe_env(cfg, cfg.num_envs, device)
-        collector = recipe_collector(cfg, env, explore, device=device, storing_device=replay_device)
+        collector = train_collector(cfg, partial(recipe_env, cfg, device=device), explore, device=device,
+                                    storing_device=replay_device, sync=False)
     return buffer, collector
 
 
@@ -343,6 +344,7 @@ def _attach_learning(
         WeightSync(explore, collector).attach(trainer)
         collector.attach(trainer)  # stop the worker before the final evaluation
     else:
+        attach_collector(trainer, collector, explore)  # with collector='ray': weights to the actors
         if cfg.clip_rewards:  # before replay stores the batch; the episode returns are already summed
             RewardClipper().attach(trainer)
         if cfg.n_step > 1:  # each env copy's frames folded into n-step rows; state.batch stays as collected

@@ -15,6 +15,7 @@ minibatch steps (``MinibatchSampler``), gradient clipping, optional KL early sto
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -33,7 +34,8 @@ from engine_rl.envs import TorchEnv
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import EnvNeeds, FieldChecks
 from engine_rl.recipes.config_base import RecipeConfig
-from engine_rl.recipes.env_source import env_label, recipe_collector, recipe_env, recipe_spaces
+from engine_rl.recipes.collection import attach_collector, train_collector
+from engine_rl.recipes.env_source import env_label, recipe_env, recipe_spaces
 from engine_rl.recipes.memory_checks import check_sizes
 from engine_rl.recipes.search import discount, network, power_of_two
 from handlers.advantage import GAEAdvantage
@@ -226,23 +228,19 @@ def build_ppo(cfg: PPOConfig) -> Setup:
     device = resolve_device(cfg.device, owner=type(cfg).__name__)
     observation_space, action_space = recipe_spaces(cfg)  # one copy's
     check_sizes(cfg, observation_space, action_space, device=device, networks=2, target=False)
-    env = _make_env(cfg, cfg.num_envs, device)
     options = dict(
         hidden=cfg.hidden, activation=_ACTIVATIONS[cfg.activation], normalize_observations=cfg.normalize_observations,
         log_std_init=cfg.log_std_init, ortho_init=cfg.ortho_init, seed=cfg.seed, owner=f"ppo ({env_label(cfg)})",
     )
-    try:
-        if cfg.core is None:
-            policy = make_actor_critic(observation_space, action_space, **options).to(device)
-        else:
-            policy = make_recurrent_actor_critic(observation_space, action_space, core=cfg.core,
-                                                 core_size=cfg.core_size, critic_core=cfg.critic_core,
-                                                 **options).to(device)
-    except ValueError:
-        env.close()
-        raise
+    if cfg.core is None:
+        policy = make_actor_critic(observation_space, action_space, **options).to(device)
+    else:
+        policy = make_recurrent_actor_critic(observation_space, action_space, core=cfg.core,
+                                             core_size=cfg.core_size, critic_core=cfg.critic_core,
+                                             **options).to(device)
     greedy = policy.greedy()
-    collector = recipe_collector(cfg, env, policy, device=device, storing_device=device)
+    collector = train_collector(cfg, partial(_make_env, cfg, device=device), policy, device=device,
+                                storing_device=device, sync=True)
     loss = PPOLoss(
         policy, clip_epsilon=cfg.clip_epsilon, value_clip=cfg.value_clip, value_coef=cfg.value_coef,
         entropy_coef=cfg.entropy_coef, normalize_advantage=cfg.normalize_advantage,
@@ -255,6 +253,7 @@ def build_ppo(cfg: PPOConfig) -> Setup:
         optim_steps_per_batch=cfg.minibatches,
     )
 
+    attach_collector(trainer, collector, policy)  # with collector='ray': weights to the actors
     # BATCH_COLLECTED, in this order
     # the guard first: the raw batch, and the loss (and gradients) before the clipper; with "stop"
     # the clipper checks the gradients, from the norm it computes anyway

@@ -14,6 +14,7 @@ every second one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -25,7 +26,8 @@ from engine_rl.algos.td3 import TanhActor, TD3Loss
 from engine_rl.device import config_devices
 from engine_rl.recipes.base import Setup, register
 from engine_rl.recipes.checks import EnvNeeds, FieldChecks
-from engine_rl.recipes.env_source import recipe_collector, recipe_env
+from engine_rl.recipes.collection import attach_collector, train_collector
+from engine_rl.recipes.env_source import recipe_env
 from engine_rl.recipes.memory_checks import check_sizes
 from engine_rl.recipes.off_policy import OffPolicyConfig, box_spaces, build_off_policy, observation_encoders
 from engine_rl.recipes.search import off_policy_space
@@ -115,12 +117,13 @@ def build_td3(cfg: TD3Config) -> Setup:
     explore = RandomWarmup(noisy, low=space.low, high=space.high, frames=cfg.learning_starts, seed=cfg.seed)
     loss.to(device)
     explore.to(device)
-    env = recipe_env(cfg, cfg.num_envs, device)
-    collector = recipe_collector(cfg, env, explore, device=device, storing_device=replay_device)
+    collector = train_collector(cfg, partial(recipe_env, cfg, device=device), explore, device=device,
+                                storing_device=replay_device, sync=False)
     optimizers = {"actor": adam(actor.parameters(), lr=cfg.lr), "critic": adam(critic.parameters(), lr=cfg.lr)}
 
     setup = build_off_policy(cfg, collector=collector, loss=loss, optimizers=optimizers, eval_policy=actor,
                              to_save={"exploration": explore})
+    attach_collector(setup.trainer, collector, explore)  # with collector='ray': weights to the actors
     # on the actor's update steps (the loss's calls policy_delay, 2 * policy_delay, ...)
     TargetNetUpdater(critic, loss.target_critic, tau=cfg.tau, every=cfg.policy_delay).attach(setup.trainer)
     TargetNetUpdater(actor, loss.target_actor, tau=cfg.tau, every=cfg.policy_delay).attach(setup.trainer)

@@ -57,8 +57,8 @@ def nothing_to_resume(out: Path) -> RunError:
 
 
 #: Config fields a resumed run may change: where it trains, not what (``--resume --device cpu``
-#: continues a GPU run on a CPU machine).
-MOVABLE = ("device", "replay_device")
+#: continues a GPU run on a CPU machine; ``--resume --ray-address`` joins another Ray cluster).
+MOVABLE = ("device", "replay_device", "ray_address")
 
 #: Config fields removed from the recipes, each with the value every run trained with before it
 #: went (its default then). A stored config holding that value resumes: the run trained as the

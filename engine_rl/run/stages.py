@@ -29,6 +29,7 @@ import math
 import random
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -341,6 +342,8 @@ def resume_from_checkpoint(run: Run) -> None:
     run.fresh_env_episodes = fresh_env_episodes(run.setup.to_save)
     if run.fresh_env_episodes is not None and run.lead:
         print(f"engine-rl: resume: {run.fresh_env_episodes}", file=sys.stderr, flush=True)
+    if _not_checkpointed(run):  # a collector on another engine says what its state could not hold
+        warnings.warn(f"resuming from {run.resume_from.name}: {_not_checkpointed(run)}", RuntimeWarning, stacklevel=2)
     if run.lead:
         run.logged_frames = truncate_metrics(run.metrics_path, run.resumed_frames)
     drop_newer_checkpoints(run.own_checkpoints, run.resumed_frames)
@@ -430,6 +433,11 @@ def write_end_files(run: Run) -> None:
         saver(run.inference.state_dict(), "inference.pt")
 
 
+def _not_checkpointed(run: Run) -> str | None:
+    """What the trainer's collector says its checkpoints cannot hold (its ``not_checkpointed``), if anything."""
+    return getattr(getattr(run.setup.trainer, "collector", None), "not_checkpointed", None)
+
+
 def write_summary(run: Run, *, wall: float, start_frames: int) -> dict[str, Any]:
     """The run's summary (see :func:`~engine_rl.run.driver.train`), written to ``summary.json`` by rank 0."""
     trainer, frames = run.setup.trainer, int(run.setup.trainer.state.frames)
@@ -461,6 +469,8 @@ def write_summary(run: Run, *, wall: float, start_frames: int) -> dict[str, Any]
     }
     if run.world > 1:
         summary["nproc"] = run.world
+    if _not_checkpointed(run):
+        summary["collector_not_checkpointed"] = _not_checkpointed(run)
     if run.options.video is not None:  # the MP4s in RUN/videos, final and best ones, by name
         summary["videos"] = [str(p) for p in sorted(run.videos_folder.glob("*.mp4"))]
     if run.lead:
