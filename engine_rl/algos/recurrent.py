@@ -142,7 +142,9 @@ class RecurrentActorCritic(nn.Module):
     ) -> None:
         super().__init__()
         if heads.critic is not None or heads.obs_normalizer is not None or heads.encoder is not None:
-            raise ValueError("RecurrentActorCritic: heads must be an actor-only ActorCritic with no normalizer or encoder")
+            raise ValueError(
+                "RecurrentActorCritic: heads must be an actor-only ActorCritic with no normalizer or encoder"
+            )
         if critic_core not in CRITIC_CORES:
             fail(critic_core, "'own', 'shared' or 'none'", name="critic_core", owner="RecurrentActorCritic")
         if (critic_core == "own") != (own_core is not None):

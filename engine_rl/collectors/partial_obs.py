@@ -53,13 +53,16 @@ class MaskVelocity(gym.ObservationWrapper):
             env_id = env.unwrapped.spec.id if env.unwrapped.spec is not None else None
             if env_id not in VELOCITY_INDICES:
                 raise ValueError(
-                    f"MaskVelocity: no velocity indices known for env id {env_id!r} (known: {', '.join(sorted(VELOCITY_INDICES))}); "
+                    f"MaskVelocity: no velocity indices known for env id {env_id!r} "
+                    f"(known: {', '.join(sorted(VELOCITY_INDICES))}); "
                     "give them, e.g. 'MaskVelocity(indices=(1, 3))'"
                 )
             indices = VELOCITY_INDICES[env_id]
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if idx.size == 0 or (idx < 0).any() or (idx >= space.shape[0]).any():
-            raise ValueError(f"MaskVelocity: indices must be entries of the {space.shape[0]}-dim observation, got {tuple(indices)}")
+            raise ValueError(
+                f"MaskVelocity: indices must be entries of the {space.shape[0]}-dim observation, got {tuple(indices)}"
+            )
         self.mask = np.ones(space.shape, dtype=space.dtype)
         self.mask[idx] = 0
         self.indices = tuple(int(i) for i in idx)

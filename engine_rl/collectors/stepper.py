@@ -386,7 +386,8 @@ class GymStepper:
             )
         keys: list[NestedKey] = ["action"]
         for key in out.keys(include_nested=True, leaves_only=True):
-            if key in ("action", NEXT_RECURRENT_STATE) or key in self.buffers or (key if isinstance(key, str) else key[0]) == "observation":
+            top = key if isinstance(key, str) else key[0]
+            if key in ("action", NEXT_RECURRENT_STATE) or key in self.buffers or top == "observation":
                 continue
             if isinstance(out.get(key), torch.Tensor):
                 keys.append(key)
