@@ -26,7 +26,9 @@ from engine_rl.algos.policies import (
 )
 from engine_rl.spaces import is_multi_discrete
 
-__all__ = ["action_family", "action_outputs", "make_actor_critic", "ppo_init"]
+__all__ = [
+    "action_family", "action_outputs", "distribution_policy", "feature_dim", "make_actor_critic", "ppo_init",
+]
 
 KINDS = ("auto", "categorical", "gaussian")
 """Accepted values of :func:`make_actor_critic`'s ``kind``."""
@@ -84,16 +86,34 @@ def make_actor_critic(
         ValueError: make_actor_critic: a Gaussian policy needs a Box action space, got Discrete(2)
     """
     encoder = make_encoder(observation_space, encoders=encoders, owner=owner)
-    if encoder is not None and normalize_observations:
-        raise ValueError(f"{owner}: normalize_observations is for 1-D Box observations, got {observation_space} "
-                         "(pixels are scaled to [0, 1]; set normalize_observations=false)")
+    obs_dim = feature_dim(observation_space, encoder, normalize_observations, owner=owner)
     family = action_family(action_space, kind, owner=owner)
-    obs_dim = encoder.features if encoder is not None else int(observation_space.shape[0])
     actor_net = mlp(obs_dim, action_outputs(action_space, family), hidden, activation=activation)
     critic = mlp(obs_dim, 1, hidden, activation=activation)
     if ortho_init:
         ppo_init(actor_net, critic, encoder)
     normalizer = Normalizer((obs_dim,), clip=obs_clip) if normalize_observations else None
+    return distribution_policy(family, actor_net, action_space, critic, obs_normalizer=normalizer, encoder=encoder,
+                               log_std_init=log_std_init, seed=seed)
+
+
+def feature_dim(observation_space: gym.Space, encoder: nn.Module | None, normalize_observations: bool, *,
+                owner: str) -> int:
+    """Width of what the networks read: the encoder's features, or a 1-D Box observation's size; a
+    ``ValueError`` naming ``owner`` for ``normalize_observations`` on an encoded observation."""
+    if encoder is not None and normalize_observations:
+        raise ValueError(f"{owner}: normalize_observations is for 1-D Box observations, got {observation_space} "
+                         "(pixels are scaled to [0, 1]; set normalize_observations=false)")
+    return encoder.features if encoder is not None else int(observation_space.shape[0])
+
+
+def distribution_policy(
+    family: str, actor_net: nn.Module, action_space: gym.Space, critic: nn.Module | None, *,
+    obs_normalizer: nn.Module | None = None, encoder: nn.Module | None = None, log_std_init: float = 0.0,
+    seed: int | None = None,
+) -> ActorCritic:
+    """The :class:`~engine_rl.algos.policies.ActorCritic` of ``family`` (:func:`action_family`) over
+    ``actor_net`` (outputs: :func:`action_outputs`) and ``critic`` (``None``: actor-only)."""
     if family == "categorical":
         policy_cls, actor = CategoricalActorCritic, actor_net
     elif family == "multi_categorical":
@@ -101,7 +121,7 @@ def make_actor_critic(
     else:
         policy_cls = GaussianActorCritic
         actor = GaussianActor(actor_net, action_dim=int(action_space.shape[0]), log_std_init=log_std_init)
-    return policy_cls(actor, critic, obs_normalizer=normalizer, encoder=encoder, seed=seed)
+    return policy_cls(actor, critic, obs_normalizer=obs_normalizer, encoder=encoder, seed=seed)
 
 
 def action_family(action_space: gym.Space, kind: str = "auto", *, owner: str = "make_actor_critic") -> str:

@@ -34,9 +34,8 @@ from torch import nn
 from engine_rl.algos.encoders import make_encoder
 from engine_rl.algos.networks import mlp
 from engine_rl.algos.normalization import Normalizer
-from engine_rl.algos.policies import ActorCritic, CategoricalActorCritic, GaussianActor, GaussianActorCritic
-from engine_rl.algos.policy_factory import action_outputs, action_family, ppo_init
-from engine_rl.algos.multi_discrete import MultiCategoricalActorCritic, MultiDiscreteLogits
+from engine_rl.algos.policies import ActorCritic
+from engine_rl.algos.policy_factory import action_family, action_outputs, distribution_policy, feature_dim, ppo_init
 from engine_rl.checks import fail, positive_int
 from engine_rl.keys import IS_INIT, NEXT_RECURRENT_STATE, RECURRENT_STATE, require_keys
 
@@ -321,15 +320,12 @@ def make_recurrent_actor_critic(
         fail(critic_core, "'own', 'shared' or 'none'", name="critic_core", owner=owner)
     core_size = positive_int(core_size, name="core_size", owner=owner)
     encoder = make_encoder(observation_space, owner=owner)
-    if encoder is not None and normalize_observations:
-        raise ValueError(f"{owner}: normalize_observations is for 1-D Box observations, got {observation_space} "
-                         "(pixels are scaled to [0, 1]; set normalize_observations=false)")
+    features = feature_dim(observation_space, encoder, normalize_observations, owner=owner)
     family = action_family(action_space, owner=owner)
-    feature_dim = encoder.features if encoder is not None else int(observation_space.shape[0])
-    actor_core = CORES[core](feature_dim, core_size)
-    own_core = CORES[core](feature_dim, core_size) if critic_core == "own" else None
+    actor_core = CORES[core](features, core_size)
+    own_core = CORES[core](features, core_size) if critic_core == "own" else None
     actor_net = mlp(core_size, action_outputs(action_space, family), hidden, activation=activation)
-    critic = mlp(feature_dim if critic_core == "none" else core_size, 1, hidden, activation=activation)
+    critic = mlp(features if critic_core == "none" else core_size, 1, hidden, activation=activation)
     if ortho_init:
         ppo_init(actor_net, critic, encoder)
         for module in (actor_core, own_core):
@@ -338,13 +334,7 @@ def make_recurrent_actor_critic(
                     nn.init.orthogonal_(param, gain=1.0)
                 else:
                     nn.init.zeros_(param)
-    normalizer = Normalizer((feature_dim,), clip=obs_clip) if normalize_observations else None
-    if family == "categorical":
-        heads: ActorCritic = CategoricalActorCritic(actor_net, seed=seed)
-    elif family == "multi_categorical":
-        heads = MultiCategoricalActorCritic(MultiDiscreteLogits(actor_net, action_space.nvec), seed=seed)
-    else:
-        actor = GaussianActor(actor_net, action_dim=int(action_space.shape[0]), log_std_init=log_std_init)
-        heads = GaussianActorCritic(actor, seed=seed)
+    normalizer = Normalizer((features,), clip=obs_clip) if normalize_observations else None
+    heads = distribution_policy(family, actor_net, action_space, None, log_std_init=log_std_init, seed=seed)
     return RecurrentActorCritic(heads, critic, core=actor_core, critic_core=critic_core, own_core=own_core,
                                 obs_normalizer=normalizer, encoder=encoder)
