@@ -51,4 +51,4 @@ def test_torch_backend_errors_name_the_field(capsys, tmp_path):
                  "--out", str(tmp_path)]) == 2
     assert "info_keys ('x',) are gymnasium options; env_backend 'torch' takes none" in capsys.readouterr().err
     assert main(["train", "ppo-cartpole", "--set", "env_backend=jax", "--out", str(tmp_path)]) == 2
-    assert "PPOConfig: env_backend must be one of ('gymnasium', 'torch'), got 'jax'" in capsys.readouterr().err
+    assert "PPOConfig: env_backend must be one of ('gymnasium', 'torch', 'envpool'), got 'jax'" in capsys.readouterr().err
