@@ -219,16 +219,23 @@ def attach_pruning(trial: optuna.Trial, run: Any) -> None:
     run.validation.evaluator.add_event_handler(Events.COMPLETED(event_filter=first_of_epoch), handler)
 
 
+def _rdb_storage(path: Path) -> optuna.storages.RDBStorage:
+    return optuna.storages.RDBStorage(f"sqlite:///{path}", engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}})
+
+
 def open_study(spec: TuneSpec) -> tuple[optuna.Study, optuna.storages.RDBStorage]:
     """The study in ``spec.out/study.db`` (created, or continued if ``spec`` asks for the same one).
 
     Raises:
         ValueError: the file holds a study of another command (recipe, frames, overrides, seed, pruner).
     """
-    storage = optuna.storages.RDBStorage(
-        f"sqlite:///{(spec.out / DB_NAME).resolve()}",
-        engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}},
-    )
+    path = (spec.out / DB_NAME).resolve()
+    if not path.exists():  # made whole under another name, then renamed: a reader never sees it half made
+        partial = path.with_name(f"{DB_NAME}.partial")
+        partial.unlink(missing_ok=True)
+        _rdb_storage(partial).engine.dispose()  # Optuna's tables and schema version
+        os.replace(partial, path)
+    storage = _rdb_storage(path)
     study = optuna.create_study(storage=storage, study_name=STUDY_NAME, direction="maximize",
                                 pruner=make_pruner(spec.pruner), load_if_exists=True)
     saved = study.user_attrs.get("engine_rl")

@@ -105,6 +105,27 @@ def test_another_command_does_not_continue_a_study(tmp_path):
         open_study(spec(tmp_path, frames=4000))
 
 
+def test_a_new_study_db_appears_whole_so_a_reader_never_meets_it_half_made(tmp_path, monkeypatch):
+    """A reader opening study.db (the tests' polls, optuna-dashboard) while the tuner creates it once made both
+    insert Optuna's schema version: the tuner failed with "UNIQUE constraint failed: alembic_version"."""
+    import engine_rl.tune.study as study_module
+
+    made = []
+    real = study_module._rdb_storage
+
+    def recording(path):
+        made.append((path.name, (tmp_path / "study.db").exists()))
+        return real(path)
+
+    monkeypatch.setattr(study_module, "_rdb_storage", recording)
+    open_study(spec(tmp_path))
+    # the schema is written to study.db.partial while no study.db exists; then study.db is opened, whole
+    assert made == [("study.db.partial", False), ("study.db", True)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.db"]
+    open_study(spec(tmp_path))  # an existing study.db is opened in place
+    assert made[2:] == [("study.db", True)]
+
+
 def test_one_job_prunes_and_completes(tmp_path, monkeypatch):
     # evaluation returns set by seed: an odd one falls below the pruner's 50 at its first evaluation
     monkeypatch.setitem(RECIPES, "dqn-cartpole", scored_by("dqn-cartpole", lambda config, _: 100.0 * (1 - config.seed % 2)))
