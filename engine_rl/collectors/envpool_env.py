@@ -2,11 +2,14 @@
 
 EnvPool (Weng et al., 2022) steps its env copies in C++ threads and returns numpy batches.
 :func:`make_envpool_env` makes an :class:`EnvPoolVectorEnv`, a ``gymnasium.vector.VectorEnv`` with
-next-step autoreset (EnvPool's own: the step after a done ignores its action and returns the reset
-observation), so :class:`~engine_rl.collectors.GymCollector`, :func:`~engine_rl.collectors.run_episodes`
-and everything after them take it unchanged: batches with the gymnasium path's keys, dtypes and
-shapes, the true final observation at a done, EnvPool's ``terminated`` and ``truncated`` (its time
-limit), episode returns summed from the unclipped rewards.
+same-step autoreset, as the gymnasium path's vector envs: a copy whose episode ends is stepped once
+more at once, alone (EnvPool's reset step, whose action it ignores), and returns the new episode's
+first observation, with the true final one in ``info["final_obs"]`` and its info in
+``info["final_info"]``. So :class:`~engine_rl.collectors.GymCollector`, :func:`~engine_rl.collectors.run_episodes`
+and everything after them take it unchanged and build its batches as the gymnasium path's: the same
+keys, dtypes and shapes, every vector step a transition of every copy, EnvPool's ``terminated`` and
+``truncated`` (its time limit), episode returns summed from the unclipped rewards. An Atari game
+steps frame for frame as the gymnasium path does (a test compares the two pixel for pixel).
 
 Ids (:func:`envpool_task`): the gymnasium path's Atari ids map to EnvPool's game id with the same
 sticky actions; every other id is EnvPool's own (``envpool.list_all_envs()``: ``Hopper-v5`` and
@@ -55,7 +58,7 @@ Examples:
     >>> env = make_envpool_env("CartPole-v1", 2)
     >>> obs, _ = env.reset(seed=0)
     >>> obs.shape, env.single_action_space, env.metadata["autoreset_mode"].name
-    ((2, 4), Discrete(2), 'NEXT_STEP')
+    ((2, 4), Discrete(2), 'SAME_STEP')
     >>> envpool_task("PongNoFrameskip-v4")
     ('Pong-v5', {'repeat_action_probability': 0.0})
     >>> envpool_task("Pong-v4")
@@ -228,10 +231,11 @@ def fire_action(task_id: str, *, owner: str = "fire_action") -> int:
 
 
 class EnvPoolVectorEnv(VectorEnv):
-    """``num_envs`` copies of one EnvPool task as a ``gymnasium.vector.VectorEnv`` (next-step autoreset).
+    """``num_envs`` copies of one EnvPool task as a ``gymnasium.vector.VectorEnv`` (same-step autoreset).
 
     The pool is made at each seeded :meth:`reset` (module docstring: seeds); with ``fire`` (an
-    Atari game's FIRE action), a copy that lost a life gets FIRE, as ``FireOnLifeStart`` does.
+    Atari game's FIRE action), a copy that lost a life gets FIRE, as ``FireOnLifeStart`` does. A
+    copy whose episode ends takes EnvPool's reset step in the same :meth:`step` (module docstring).
 
     Args:
         task_id: an EnvPool id (``envpool.list_all_envs()``).
@@ -242,7 +246,7 @@ class EnvPoolVectorEnv(VectorEnv):
             (:func:`fire_action`); None: none.
     """
 
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
     #: Why :func:`~engine_rl.collectors.env_state.get_env_state` cannot record this env.
     state_unsupported = "EnvPool steps its envs in C++ threads, whose state cannot be saved"
 
@@ -291,7 +295,35 @@ class EnvPoolVectorEnv(VectorEnv):
                     if key != "env_id" and isinstance(value, np.ndarray) and isinstance(info.get(key), np.ndarray):
                         info[key][order] = value + info[key][order] if key == "reward" else value
             self._lives[:] = info["lives"]
+        done = terminated | truncated
+        if done.any():
+            obs, info = self._autoreset(np.flatnonzero(done), obs, info)
         return obs, reward, terminated, truncated, info
+
+    def _autoreset(self, ended: np.ndarray, obs: Any, info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """Step the ``ended`` copies once more, alone (EnvPool resets them, ignoring the action):
+        their new first observation and info replace the final ones, which go to ``info["final_obs"]``
+        and ``info["final_info"]`` as gymnasium's same-step autoreset puts them."""
+        n = self.num_envs
+        final_obs = np.full(n, None, dtype=object)
+        for i in ended:
+            final_obs[i] = obs[i].copy()
+        mask = np.zeros(n, dtype=bool)
+        mask[ended] = True
+        final_info = {key: value.copy() for key, value in info.items() if isinstance(value, np.ndarray)}
+        final_info.update({f"_{key}": mask for key in list(final_info)})
+        r_obs, _, _, _, r_info = self._pool.step(np.zeros((ended.size, *self.single_action_space.shape),
+                                                           dtype=self.single_action_space.dtype),
+                                                  env_id=ended.astype(np.int32))
+        order = r_info["env_id"]
+        obs[order] = r_obs
+        for key, value in r_info.items():
+            if key != "env_id" and isinstance(value, np.ndarray) and isinstance(info.get(key), np.ndarray):
+                info[key][order] = value
+        if self.fire is not None:
+            self._lives[order] = r_info["lives"]
+        info.update({"final_obs": final_obs, "_final_obs": mask, "final_info": final_info, "_final_info": mask})
+        return obs, info
 
     def close(self, **kwargs: Any) -> None:
         if self._pool is not None:

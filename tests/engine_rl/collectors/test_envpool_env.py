@@ -1,15 +1,17 @@
 """EnvPool behind the gymnasium collector (``env_backend='envpool'``): the same batches as the
 gymnasium path on the same game (keys, dtypes, shapes, episode accounting, the true final
-observation, terminated vs truncated, unclipped game scores), MuJoCo's v5 and v4 ids, seeds, and
-a state that is refused rather than half saved."""
+observation, terminated vs truncated, unclipped game scores), the same Atari game frame for frame,
+same-step autoreset, MuJoCo's v5 and v4 ids, seeds, and a state that is refused rather than half
+saved."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from engine_rl.collectors import GymCollector, make_vec_env, run_episodes
-from engine_rl.collectors.atari import ATARI_WRAPPERS
+from engine_rl.collectors.atari import ATARI_WRAPPERS, FireOnLifeStart
 from engine_rl.collectors.env_state import UnsupportedEnvState, get_env_state, unsupported_reason
 
 pytest.importorskip("envpool")
@@ -82,6 +84,50 @@ def test_fire_after_a_lost_life_ends_noop_episodes_as_the_gymnasium_path_does():
     lengths = [b["next", "episode_length"][b["next", "done"]].tolist() for b in (gym_batch, pool_batch)]
     assert lengths[1] and lengths[0] == lengths[1]
     assert pool_batch["next", "terminated"][pool_batch["next", "done"]].all()
+
+
+@pytest.mark.parametrize("actions_seed", [2, 7])
+def test_breakout_is_the_gymnasium_paths_game_frame_for_frame(actions_seed):
+    # the same start on both (no no-ops, then one FIRE frame: EnvPool's reset with noop_max=1), then
+    # the same random actions to the end of the game: every observation's newest frame, reward and
+    # life count are the gymnasium path's (ale-py's preprocessing, FireOnLifeStart after a lost life)
+    pool = make_envpool_env("BreakoutNoFrameskip-v4", 1, wrappers=ATARI_WRAPPERS)
+    pool.options["noop_max"] = 1
+    pool.reset(seed=0)
+    env = FireOnLifeStart(gym.wrappers.AtariPreprocessing(gym.make("BreakoutNoFrameskip-v4"), noop_max=0))
+    env.env.reset(seed=0)
+    env.unwrapped.ale.act(env.fire_action)
+    env.lives = 5
+    steps, score = 0, 0.0
+    for action in np.random.default_rng(actions_seed).integers(0, 4, 2000):
+        frame, reward, terminated, truncated, info = env.step(int(action))
+        obs, pool_reward, pool_terminated, pool_truncated, pool_info = pool.step(np.array([action]))
+        if pool_terminated[0]:  # same-step autoreset: the final observation and info are kept aside
+            obs, pool_info = pool_info["final_obs"], pool_info["final_info"]
+        assert np.array_equal(obs[0][-1], frame), steps
+        assert (pool_reward[0], pool_info["lives"][0], pool_terminated[0]) == (reward, info["lives"], terminated)
+        steps, score = steps + 1, score + reward
+        if terminated:
+            break
+    assert terminated and not truncated and steps > 150 and score >= 2  # lives lost, bricks hit, game over
+
+
+def test_an_ended_copy_starts_its_next_episode_in_the_same_step():
+    env = make_envpool_env("CartPole-v1", 3)
+    obs, _ = env.reset(seed=0)
+    assert env.metadata["autoreset_mode"].name == "SAME_STEP"
+    for _ in range(200):
+        before = obs.copy()
+        obs, _, terminated, truncated, info = env.step(np.zeros(3, dtype=np.int64))
+        if terminated.any():
+            break
+    ended = terminated | truncated
+    assert ended.any() and np.array_equal(info["_final_obs"], ended)
+    i = int(np.flatnonzero(ended)[0])
+    assert np.abs(info["final_obs"][i] - before[i]).max() < 0.5  # the last step's result, not a new start
+    assert np.abs(obs[i]).max() <= 0.05  # CartPole starts within +-0.05
+    assert info["final_info"]["_elapsed_step"][i] and info["final_info"]["elapsed_step"][i] > 0
+    assert info["elapsed_step"][i] == 0  # the new episode's info
 
 
 def test_episode_returns_are_the_unclipped_game_score():
