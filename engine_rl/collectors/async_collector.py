@@ -187,6 +187,13 @@ class AsyncCollector:
         return self._worker is not None and self._worker.is_alive
 
     @property
+    def env_unsupported(self) -> str | None:
+        """Why the loaded state holds no env state of the worker's collector (its envs start new
+        episodes: :meth:`engine_rl.collectors.GymCollector.state_dict`), or None."""
+        collector = (self._resume or {}).get("collector") or {}
+        return collector.get("env_unsupported")
+
+    @property
     def worker_frames(self) -> int:
         """Frames the worker has collected so far (read live from shared memory), in flight included."""
         return int(self._worker_frames[0])

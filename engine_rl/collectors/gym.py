@@ -31,6 +31,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn  # noqa: F401  (the docstring example uses it)
 
 from engine_rl.checks import fail, is_int
+from engine_rl.collectors.env_state import unsupported_reason
 from engine_rl.collectors.errors import EnvError
 from engine_rl.collectors.policy import Policy, policy_device
 from engine_rl.collectors.stepper import GymStepper
@@ -192,8 +193,9 @@ class GymCollector(BatchCollector):
 
         ``"stepper"`` holds the env state (see :mod:`engine_rl.collectors.env_state`), the
         current observations, episode counters and the frames carried over to the next batch.
-        For an env whose state cannot be captured (``AsyncVectorEnv``) it is ``None`` and a
-        warning says that a loaded collector will start new episodes. Only tensors, numbers,
+        For an env whose state cannot be captured (``AsyncVectorEnv``, EnvPool) it is ``None``,
+        ``"env_unsupported"`` says why, and a warning says that a loaded collector will start new
+        episodes. Only tensors, numbers,
         strings and plain containers, so ``torch.load(..., weights_only=True)`` reads it.
         """
         state: dict[str, Any] = {
@@ -210,6 +212,7 @@ class GymCollector(BatchCollector):
                         stacklevel=2,
                     )
                     self._warned = True
+                state["env_unsupported"] = unsupported_reason(self.env) or stepper["env_unsupported"]
             else:
                 state["stepper"] = stepper
         return state

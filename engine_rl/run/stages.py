@@ -357,10 +357,12 @@ def resume_from_checkpoint(run: Run) -> None:
 
 def fresh_env_episodes(to_save: dict[str, Any]) -> str | None:
     """Why a run resumed with the objects ``to_save`` continues with new env episodes (its
-    ``"collector"``'s env state cannot be saved: :func:`~engine_rl.collectors.env_state.unsupported_reason`),
-    or None when its envs continue where the checkpoint left them."""
-    env = getattr(to_save.get("collector"), "env", None)
-    reason = None if env is None else unsupported_reason(env)
+    ``"collector"``'s env state cannot be saved: :func:`~engine_rl.collectors.env_state.unsupported_reason`,
+    or, for a collector whose envs live in a worker, what its loaded state says), or None when its
+    envs continue where the checkpoint left them."""
+    collector = to_save.get("collector")
+    env = getattr(collector, "env", None)
+    reason = unsupported_reason(env) if env is not None else getattr(collector, "env_unsupported", None)
     if reason is None:
         return None
     return (f"the envs start new episodes, not those of the checkpoint ({reason}); training continues "

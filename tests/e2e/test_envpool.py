@@ -79,8 +79,10 @@ def test_ppo_mujoco_trains_on_envpools_v4_id(tmp_path, capsys):
     assert summary["frames"] == 2048 and summary["eval_return_mean"] > 0
 
 
-def test_a_resumed_run_says_its_envs_start_new_episodes(tmp_path, capsys):
-    args = ["ppo-cartpole", *ENVPOOL, "--frames", "1024", "--seed", seed_arg(0), "--set", "eval_episodes=2",
+@pytest.mark.parametrize("recipe, extra", [("ppo-cartpole", []), ("dqn-cartpole", ["--set", "async_collection=true"])],
+                         ids=["in-process", "async-worker"])
+def test_a_resumed_run_says_its_envs_start_new_episodes(recipe, extra, tmp_path, capsys):
+    args = [recipe, *ENVPOOL, *extra, "--frames", "1024", "--seed", seed_arg(0), "--set", "eval_episodes=2",
             "--out", str(tmp_path), *CPU]
     assert main(["train", *args, "--until-frames", "512"]) == 0
     paused, err = summary_of(capsys)
