@@ -307,7 +307,7 @@ class EnvPoolVectorEnv(VectorEnv):
         n = self.num_envs
         final_obs = np.full(n, None, dtype=object)
         for i in ended:
-            final_obs[i] = obs[i].copy()
+            final_obs[i] = _copy_rows(obs, i)
         mask = np.zeros(n, dtype=bool)
         mask[ended] = True
         final_info = {key: value.copy() for key, value in info.items() if isinstance(value, np.ndarray)}
@@ -316,7 +316,7 @@ class EnvPoolVectorEnv(VectorEnv):
                                                            dtype=self.single_action_space.dtype),
                                                   env_id=ended.astype(np.int32))
         order = r_info["env_id"]
-        obs[order] = r_obs
+        _set_rows(obs, order, r_obs)
         for key, value in r_info.items():
             if key != "env_id" and isinstance(value, np.ndarray) and isinstance(info.get(key), np.ndarray):
                 info[key][order] = value
@@ -329,6 +329,22 @@ class EnvPoolVectorEnv(VectorEnv):
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def _copy_rows(obs: Any, index: Any) -> Any:
+    """A copy of ``obs[index]``; of each entry for a Dict observation (dm_control's)."""
+    if isinstance(obs, Mapping):
+        return {key: _copy_rows(value, index) for key, value in obs.items()}
+    return obs[index].copy()
+
+
+def _set_rows(obs: Any, index: Any, rows: Any) -> None:
+    """``obs[index] = rows``; entry by entry for a Dict observation."""
+    if isinstance(obs, Mapping):
+        for key, value in obs.items():
+            _set_rows(value, index, rows[key])
+    else:
+        obs[index] = rows
 
 
 def make_envpool_env(

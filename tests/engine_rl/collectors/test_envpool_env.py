@@ -130,6 +130,19 @@ def test_an_ended_copy_starts_its_next_episode_in_the_same_step():
     assert info["elapsed_step"][i] == 0  # the new episode's info
 
 
+def test_a_dict_observation_env_resets_entry_by_entry():
+    # dm_control's CheetahRun-v1 observes {"position", "velocity"}; 15-step episodes
+    env = make_envpool_env("CheetahRun-v1", 2, env_kwargs={"max_episode_steps": 15})
+    batch = collect(env, Random(shape=(6,)), 60)
+    assert set(batch["observation"].keys()) == {"position", "velocity"}
+    assert batch["next", "truncated"].sum() == 4 and not batch["next", "terminated"].any()
+    assert batch["next", "episode_length"][0].tolist() == [*range(1, 16), *range(1, 16)]
+    for key in ("position", "velocity"):
+        obs, nxt = batch["observation", key][0], batch["next", "observation", key][0]
+        continues = [torch.equal(nxt[t], obs[t + 1]) for t in range(29)]
+        assert continues == [t != 14 for t in range(29)]
+
+
 def test_episode_returns_are_the_unclipped_game_score():
     batch = collect(make_envpool_env("SpaceInvadersNoFrameskip-v4", 2, wrappers=ATARI_WRAPPERS), Random(6), 400)
     reward = batch["next", "reward"]
