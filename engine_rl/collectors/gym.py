@@ -205,14 +205,14 @@ class GymCollector(BatchCollector):
         if not self._needs_reset:
             stepper = self._stepper.state_dict(rows=self._row)
             if stepper["env"] is None:
+                state["env_unsupported"] = unsupported_reason(self.env) or stepper["env_unsupported"]
                 if not self._warned:
                     warnings.warn(
-                        f"GymCollector.state_dict: {stepper['env_unsupported']}; a collector loaded from this state "
+                        f"GymCollector.state_dict: {state['env_unsupported']}; a collector loaded from this state "
                         "starts new episodes (not an exact resume)",
                         stacklevel=2,
                     )
                     self._warned = True
-                state["env_unsupported"] = unsupported_reason(self.env) or stepper["env_unsupported"]
             else:
                 state["stepper"] = stepper
         return state

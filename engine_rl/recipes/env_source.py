@@ -96,6 +96,15 @@ def check_recipe_renders(cfg: Any, *, owner: str) -> None:
     """A ``ValueError``, one line naming ``owner``, the env and what is needed, unless videos of the
     config's env can be recorded (:func:`engine_rl.video.check_renders` on :func:`recipe_render_env`)."""
     label = f"env_id {cfg.env_id!r}" if cfg.make_env is None else env_label(cfg)
+    if getattr(cfg, "env_backend", None) == "envpool":
+        try:
+            env_spec(cfg.env_id)
+        except ValueError as err:  # an id of EnvPool's own (Breakout-v5): nothing to record it with
+            raise ValueError(
+                f"{owner}: videos are recorded with the gymnasium env of env_id, and {cfg.env_id!r} is not one ({err}); "
+                "use the gymnasium id of the same env (BreakoutNoFrameskip-v4 or ALE/Breakout-v5 for "
+                "EnvPool's Breakout-v5), which env_backend 'envpool' takes too"
+            ) from None
     check_renders(recipe_render_env(cfg), label=label, owner=owner)
 
 

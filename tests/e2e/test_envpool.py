@@ -47,6 +47,11 @@ BAD = [
     ("an Atari game without FIRE", ["ppo-atari", "--set", "env_id=ALE/Freeway-v5"],
      "PPOAtariConfig: the Atari preprocessing presses FIRE at each life's start and needs a game with a FIRE action; "
      "Freeway-v5 has ['NOOP', 'UP', 'DOWN']"),
+    ("--video with an id of EnvPool's own", ["ppo-atari", "--set", "env_id=Breakout-v5", "--video", "1"],
+     "--video 1: videos are recorded with the gymnasium env of env_id, and 'Breakout-v5' is not one (env_spec: env_id "
+     "'Breakout-v5' is not a registered gymnasium env; close matches: Breakout-v4, Breakout-v0, ALE/Breakout-v5); use "
+     "the gymnasium id of the same env (BreakoutNoFrameskip-v4 or ALE/Breakout-v5 for EnvPool's Breakout-v5), which "
+     "env_backend 'envpool' takes too"),
 ]
 
 
