@@ -35,9 +35,14 @@ gymnasium path                                              EnvPool
 ``frame_skip=4``, the max of the last two frames            ``frame_skip=4`` (the same max pooling)
 ``screen_size=84, grayscale_obs=True`` (cv2 INTER_AREA)     ``img_height=img_width=84``, ``gray_scale``,
                                                             ``use_inter_area_resize``
-``FireOnLifeStart``: FIRE after each reset                  ``use_fire_reset=True``
+``FireOnLifeStart``: a FIRE step after each reset           :class:`EnvPoolVectorEnv` steps the reset
+                                                            copies once more, alone, with FIRE
+                                                            (``use_fire_reset=False``: EnvPool's own
+                                                            FIRE lasts one frame, not one step)
 ``FireOnLifeStart``: FIRE after each lost life, its reward  :class:`EnvPoolVectorEnv` steps the copies
 added to the step's                                         that lost a life once more, alone, with FIRE
+                                                            (EnvPool's stack keeps both steps' frames,
+                                                            the gymnasium path's FIRE's only)
 ``FrameStackObservation(stack_size=4)``                     ``stack_num=4``
 a lost life does not end the episode                        ``episodic_life=False`` (training and
                                                             evaluation alike)
@@ -94,7 +99,7 @@ ENVPOOL_EXTRA = "the EnvPool extra: pip install engine_rl[envpool] (envpool)"
 #: EnvPool's Atari options equal to :data:`~engine_rl.collectors.atari.ATARI_WRAPPERS` (module docstring).
 ATARI_OPTIONS: dict[str, Any] = {
     "noop_max": 30, "frame_skip": 4, "img_height": 84, "img_width": 84, "gray_scale": True,
-    "use_inter_area_resize": True, "use_fire_reset": True, "stack_num": 4, "episodic_life": False,
+    "use_inter_area_resize": True, "use_fire_reset": False, "stack_num": 4, "episodic_life": False,
     "reward_clip": False, "max_episode_steps": 27_000,
 }
 
@@ -273,7 +278,8 @@ class EnvPoolVectorEnv(VectorEnv):
                                                    **self.options)
             _spaces(self._pool)
         obs, info = self._pool.reset(options=options)
-        if self.fire is not None:
+        if self.fire is not None:  # FireOnLifeStart.reset: one FIRE step, its reward dropped
+            obs, _, _, _, info = self._pool.step(np.full(self.num_envs, self.fire))
             self._lives[:] = info["lives"]
         return obs, info
 
@@ -312,14 +318,17 @@ class EnvPoolVectorEnv(VectorEnv):
         mask[ended] = True
         final_info = {key: value.copy() for key, value in info.items() if isinstance(value, np.ndarray)}
         final_info.update({f"_{key}": mask for key in list(final_info)})
-        r_obs, _, _, _, r_info = self._pool.step(np.zeros((ended.size, *self.single_action_space.shape),
-                                                           dtype=self.single_action_space.dtype),
-                                                  env_id=ended.astype(np.int32))
-        order = r_info["env_id"]
-        _set_rows(obs, order, r_obs)
-        for key, value in r_info.items():
-            if key != "env_id" and isinstance(value, np.ndarray) and isinstance(info.get(key), np.ndarray):
-                info[key][order] = value
+        space, ids = self.single_action_space, ended.astype(np.int32)
+        steps = [np.zeros((ended.size, *space.shape), dtype=space.dtype)]  # the reset step
+        if self.fire is not None:  # then FireOnLifeStart.reset's FIRE step, its reward dropped
+            steps.append(np.full(ended.size, self.fire))
+        for actions in steps:
+            r_obs, _, _, _, r_info = self._pool.step(actions, env_id=ids)
+            order = r_info["env_id"]
+            _set_rows(obs, order, r_obs)
+            for key, value in r_info.items():
+                if key != "env_id" and isinstance(value, np.ndarray) and isinstance(info.get(key), np.ndarray):
+                    info[key][order] = value
         if self.fire is not None:
             self._lives[order] = r_info["lives"]
         info.update({"final_obs": final_obs, "_final_obs": mask, "final_info": final_info, "_final_info": mask})

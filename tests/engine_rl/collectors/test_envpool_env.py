@@ -88,25 +88,29 @@ def test_fire_after_a_lost_life_ends_noop_episodes_as_the_gymnasium_path_does():
 
 @pytest.mark.parametrize("actions_seed", [2, 7])
 def test_breakout_is_the_gymnasium_paths_game_frame_for_frame(actions_seed):
-    # the same start on both (no no-ops, then one FIRE frame: EnvPool's reset with noop_max=1), then
-    # the same random actions to the end of the game: every observation's newest frame, reward and
-    # life count are the gymnasium path's (ale-py's preprocessing, FireOnLifeStart after a lost life)
+    # the same start on both (noop_max=1: one no-op frame, then FireOnLifeStart's FIRE step), then the
+    # same random actions to the end of the game: every observation's newest frame (but the final one,
+    # pooled from other frames when the game ends within a frame skip), reward, life count and end are
+    # the gymnasium path's, FIRE after each lost life included; the whole stack too from the third step
+    # to the first lost life (EnvPool stacks the lost life's frame before FIRE's, the gymnasium path
+    # only FIRE's)
     pool = make_envpool_env("BreakoutNoFrameskip-v4", 1, wrappers=ATARI_WRAPPERS)
     pool.options["noop_max"] = 1
-    pool.reset(seed=0)
-    env = FireOnLifeStart(gym.wrappers.AtariPreprocessing(gym.make("BreakoutNoFrameskip-v4"), noop_max=0))
-    env.env.reset(seed=0)
-    env.unwrapped.ale.act(env.fire_action)
-    env.lives = 5
+    obs, pool_info = pool.reset(seed=0)
+    env = gym.wrappers.FrameStackObservation(
+        FireOnLifeStart(gym.wrappers.AtariPreprocessing(gym.make("BreakoutNoFrameskip-v4"), noop_max=1)), 4)
+    frames, info = env.reset(seed=0)
+    assert np.array_equal(obs[0][-1], frames[-1]) and pool_info["lives"][0] == info["lives"] == 5
     steps, score = 0, 0.0
     for action in np.random.default_rng(actions_seed).integers(0, 4, 2000):
-        frame, reward, terminated, truncated, info = env.step(int(action))
+        frames, reward, terminated, truncated, info = env.step(int(action))
         obs, pool_reward, pool_terminated, pool_truncated, pool_info = pool.step(np.array([action]))
         if pool_terminated[0]:  # same-step autoreset: the final observation and info are kept aside
             obs, pool_info = pool_info["final_obs"], pool_info["final_info"]
-        assert np.array_equal(obs[0][-1], frame), steps
-        assert (pool_reward[0], pool_info["lives"][0], pool_terminated[0]) == (reward, info["lives"], terminated)
         steps, score = steps + 1, score + reward
+        assert np.array_equal(obs[0][-1], frames[-1]) or terminated, steps
+        assert np.array_equal(obs[0], frames) or steps < 3 or info["lives"] < 5, steps
+        assert (pool_reward[0], pool_info["lives"][0], pool_terminated[0]) == (reward, info["lives"], terminated)
         if terminated:
             break
     assert terminated and not truncated and steps > 150 and score >= 2  # lives lost, bricks hit, game over
@@ -152,14 +156,14 @@ def test_episode_returns_are_the_unclipped_game_score():
 
 
 def test_the_time_limit_truncates_with_the_true_final_observation():
-    # EnvPool counts its steps, FIRE after a lost life included (ALE's frame limit counts those
-    # frames too): NOOPs lose the first life after 24 steps, so none is lost within 20
+    # EnvPool counts its steps, the FIRE steps after the reset and after a lost life included (ALE's
+    # frame limit counts those frames too): 19 steps of NOOPs lose no life (the first is lost after 24)
     env = make_envpool_env("BreakoutNoFrameskip-v4", 2, wrappers=ATARI_WRAPPERS,
                            env_kwargs={"max_episode_steps": 20})
     batch = collect(env, Noop(), 120)
     ends = batch["next", "truncated"]
     assert ends.sum() == 2 * 3 and not batch["next", "terminated"].any()
-    assert (batch["next", "episode_length"][ends] == 20).all()
+    assert (batch["next", "episode_length"][ends] == 19).all()
     check_episode_accounting(batch)
 
 
