@@ -26,7 +26,7 @@ any other EnvPool id              itself                EnvPool's
 
 An Atari game takes the Atari recipes' wrappers only
 (:data:`~engine_rl.collectors.atari.ATARI_WRAPPERS`), done by EnvPool's own options
-(:data:`ATARI_OPTIONS`) and one step here:
+(:data:`ATARI_OPTIONS`) and FIRE steps taken here:
 
 ==========================================================  ===========================================
 gymnasium path                                              EnvPool
