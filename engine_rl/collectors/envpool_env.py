@@ -297,9 +297,7 @@ class EnvPoolVectorEnv(VectorEnv):
                 order = f_info["env_id"]
                 obs[order], terminated[order], truncated[order] = f_obs, f_term, f_trunc
                 reward[order] += f_reward
-                for key, value in f_info.items():  # the copies' info after FIRE (their rewards summed)
-                    if key != "env_id" and isinstance(value, np.ndarray) and isinstance(info.get(key), np.ndarray):
-                        info[key][order] = value + info[key][order] if key == "reward" else value
+                _set_info(info, f_info, order, sum_reward=True)  # the copies' info after FIRE
             self._lives[:] = info["lives"]
         done = terminated | truncated
         if done.any():
@@ -326,9 +324,7 @@ class EnvPoolVectorEnv(VectorEnv):
             r_obs, _, _, _, r_info = self._pool.step(actions, env_id=ids)
             order = r_info["env_id"]
             _set_rows(obs, order, r_obs)
-            for key, value in r_info.items():
-                if key != "env_id" and isinstance(value, np.ndarray) and isinstance(info.get(key), np.ndarray):
-                    info[key][order] = value
+            _set_info(info, r_info, order)
         if self.fire is not None:
             self._lives[order] = r_info["lives"]
         info.update({"final_obs": final_obs, "_final_obs": mask, "final_info": final_info, "_final_info": mask})
@@ -345,6 +341,14 @@ def _copy_rows(obs: Any, index: Any) -> Any:
     if isinstance(obs, Mapping):
         return {key: _copy_rows(value, index) for key, value in obs.items()}
     return obs[index].copy()
+
+
+def _set_info(info: dict[str, Any], part: Mapping[str, Any], order: np.ndarray, *, sum_reward: bool = False) -> None:
+    """Write the info of the copies ``order`` stepped alone (``part``) into the batch's ``info``;
+    with ``sum_reward``, their ``"reward"`` entries are added to those of the step before."""
+    for key, value in part.items():
+        if key != "env_id" and isinstance(value, np.ndarray) and isinstance(info.get(key), np.ndarray):
+            info[key][order] = value + info[key][order] if sum_reward and key == "reward" else value
 
 
 def _set_rows(obs: Any, index: Any, rows: Any) -> None:

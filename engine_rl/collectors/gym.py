@@ -195,8 +195,8 @@ class GymCollector(BatchCollector):
         current observations, episode counters and the frames carried over to the next batch.
         For an env whose state cannot be captured (``AsyncVectorEnv``, EnvPool) it is ``None``,
         ``"env_unsupported"`` says why, and a warning says that a loaded collector will start new
-        episodes. Only tensors, numbers,
-        strings and plain containers, so ``torch.load(..., weights_only=True)`` reads it.
+        episodes. Only tensors, numbers, strings and plain containers, so
+        ``torch.load(..., weights_only=True)`` reads it.
         """
         state: dict[str, Any] = {
             "frames": self.frames, "batches": self.batches, "seed": self._seed,
